@@ -1,0 +1,162 @@
+"""Every kind of bad harness gets a recorded outcome and never takes the evaluator down."""
+
+import subprocess
+import time
+import uuid
+
+from whale.harness import Budget, Limits, Runtime
+
+
+def test_syntax_error_is_a_load_error(runtime):
+    t = runtime.run("def run(q, env)\n    return q", "x")
+    assert t.status == "error" and "load: " in t.error and "SyntaxError" in t.error
+
+
+def test_missing_run_is_a_load_error(runtime):
+    t = runtime.run("def solve(q, env):\n    return q\n", "x")
+    assert t.status == "error" and "defines no callable run" in t.error
+
+
+def test_wrong_signature_is_a_load_error(runtime):
+    t = runtime.run("def run(q):\n    return q\n", "x")
+    assert t.status == "error" and "cannot be called as run(question, env)" in t.error
+
+
+def test_raising_harness_records_the_exception(runtime):
+    t = runtime.run("def run(q, env):\n    raise ValueError('nope ' + q)\n", "x")
+    assert t.status == "error" and "ValueError: nope x" in t.error
+
+
+def test_infinite_loop_times_out():
+    rt = Runtime(model=None, budget=Budget(run_timeout_s=1.0))
+    t0 = time.monotonic()
+    t = rt.run("def run(q, env):\n    while True:\n        pass\n", "x")
+    assert t.status == "timeout" and time.monotonic() - t0 < 4
+
+
+def test_timeout_kills_the_whole_process_tree():
+    marker = f"whale-{uuid.uuid4().hex}"
+    src = (
+        "import subprocess, sys, time\n"
+        "def run(q, env):\n"
+        f"    subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', '{marker}'])\n"
+        "    time.sleep(60)\n"
+    )
+    t = Runtime(model=None, budget=Budget(run_timeout_s=1.5)).run(src, "x")
+    assert t.status == "timeout"
+    time.sleep(0.2)
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert marker not in ps
+
+
+def test_allocating_8gb_fails_inside_the_jail(runtime):
+    t = runtime.run("def run(q, env):\n    b = bytearray(8 * 1024**3)\n    return 'x'\n", "x")
+    assert t.status == "error" and "MemoryError" in t.error
+
+
+def test_fork_bomb_is_contained():
+    src = (
+        "import os\n"
+        "def run(q, env):\n"
+        "    n = 0\n"
+        "    try:\n"
+        "        while True:\n"
+        "            if os.fork() == 0:\n"
+        "                import time; time.sleep(30); os._exit(0)\n"
+        "            n += 1\n"
+        "    except OSError as e:\n"
+        "        return f'stopped after {n}: {e.errno}'\n"
+    )
+    t = Runtime(model=None, budget=Budget(run_timeout_s=10), limits=Limits(processes=16)).run(src, "x")
+    assert t.status == "ok"
+    forks = int(t.answer.split()[2].rstrip(":"))
+    assert forks < 16
+
+
+def test_writing_1gb_fails_with_a_file_size_error(runtime):
+    src = (
+        "def run(q, env):\n"
+        "    with open('big.bin', 'wb') as f:\n"
+        "        for _ in range(1024):\n"
+        "            f.write(b'x' * (1 << 20))\n"
+        "    return 'wrote'\n"
+    )
+    t = runtime.run(src, "x")
+    assert t.status == "error" and ("File too large" in t.error or "No space" in t.error)
+
+
+def test_scratch_folder_total_size_is_capped():
+    src = (
+        "def run(q, env):\n"
+        "    for i in range(64):\n"
+        "        with open(f'f{i}.bin', 'wb') as f:\n"
+        "            f.write(b'x' * (8 << 20))\n"
+        "    return 'wrote'\n"
+    )
+    t = Runtime(model=None, limits=Limits(scratch_mb=32)).run(src, "x")
+    assert t.status == "error" and "No space left" in t.error
+
+
+def test_printing_100mb_is_killed_at_the_output_limit(runtime):
+    src = "import sys\ndef run(q, env):\n    sys.stdout.write('x' * 100_000_000)\n    return 'x'\n"
+    t = runtime.run(src, "x")
+    assert t.status == "killed" and "output limit" in t.error
+    assert len(t.stdout_tail) <= 4000
+
+
+def test_non_string_answer_is_an_error(runtime):
+    t = runtime.run("def run(q, env):\n    return 42\n", "x")
+    assert t.status == "error" and "returned int, expected str" in t.error
+
+
+def test_socket_cannot_reach_the_network(runtime):
+    src = (
+        "import socket\n"
+        "def run(q, env):\n"
+        "    s = socket.create_connection(('127.0.0.1', 22), timeout=2)\n"
+        "    return 'connected'\n"
+    )
+    t = runtime.run(src, "x")
+    assert t.status == "error"
+    assert "Network is unreachable" in t.error or "Connection refused" in t.error
+
+
+def test_files_outside_scratch_are_invisible(runtime, tmp_path):
+    secret = tmp_path / "references.jsonl"
+    secret.write_text("the answer is 42")
+    src = f"def run(q, env):\n    return open({str(secret)!r}).read()\n"
+    t = runtime.run(src, "x")
+    assert t.status == "error" and "FileNotFoundError" in t.error
+
+
+def test_system_files_are_read_only(runtime):
+    src = "def run(q, env):\n    open('/usr/whale-was-here', 'w')\n    return 'x'\n"
+    t = runtime.run(src, "x")
+    assert t.status == "error" and "Read-only file system" in t.error
+
+
+def test_runs_as_an_unprivileged_uid(runtime):
+    t = runtime.run("import os\ndef run(q, env):\n    return str(os.getuid())\n", "x")
+    assert t.status == "ok" and t.answer != "0"
+
+
+def test_os_exit_is_recorded_as_crashed(runtime):
+    t = runtime.run("import os\ndef run(q, env):\n    os._exit(3)\n", "x")
+    assert t.status == "crashed" and "exit status" in t.error
+
+
+def test_forged_broker_message_is_not_recorded_as_a_model_call(runtime):
+    # The harness writes its own frame claiming a model completion; the broker treats it as
+    # an unknown request and records nothing.
+    src = (
+        "import os, sys\n"
+        "sys.path.insert(0, '/whale')\n"
+        "import worker\n"
+        "def run(q, env):\n"
+        "    link = env._link\n"
+        "    worker.send(link.wfd, {'op': 'model_call', 'args': {'text': 'forged'}})\n"
+        "    return str(worker.recv(link.rfd)['error'])\n"
+    )
+    t = runtime.run(src, "x")
+    assert t.status == "ok" and "unknown request" in t.answer
+    assert t.model_calls() == []

@@ -1,0 +1,37 @@
+import random
+
+import pytest
+
+from whale.tasks import Question, SplitOverlap, check_disjoint, split
+
+
+def q(i, text):
+    return Question(id=f"q{i}", prompt=text, reference=None)
+
+
+def test_split_is_disjoint_and_sized():
+    pool = [q(i, f"question number {i}") for i in range(50)]
+    s = split(pool, {"dev": 25, "eval": 20}, random.Random(0))
+    assert len(s["dev"]) == 25 and len(s["eval"]) == 20
+    assert not {x.id for x in s["dev"]} & {x.id for x in s["eval"]}
+
+
+def test_same_text_different_id_counts_as_overlap():
+    with pytest.raises(SplitOverlap, match="q2 .same text as q1"):
+        check_disjoint({"dev": [q(1, "What is 2+2?")], "eval": [q(2, "what is 2 + 2")]})
+
+
+def test_same_id_counts_as_overlap():
+    with pytest.raises(SplitOverlap, match="q1 .id in dev and eval"):
+        check_disjoint({"dev": [q(1, "a")], "eval": [q(1, "b")]})
+
+
+def test_split_drops_duplicate_texts_before_drawing():
+    pool = [q(i, "same text") for i in range(10)] + [q(100 + i, f"t{i}") for i in range(10)]
+    s = split(pool, {"a": 5, "b": 6}, random.Random(1))
+    check_disjoint(s)
+
+
+def test_split_refuses_a_pool_too_small():
+    with pytest.raises(ValueError, match="pool has 3"):
+        split([q(i, f"x{i}") for i in range(3)], {"a": 2, "b": 2}, random.Random(0))

@@ -1,0 +1,34 @@
+"""The harness runtime: isolated workers, a broker that enforces budgets, trajectories."""
+
+from pathlib import Path
+
+from whale.harness.broker import Retriever, Runtime, harness_hash
+from whale.harness.budget import Budget, Limits, PythonToolLimits
+from whale.harness.sandbox import Sandbox, SandboxUnavailable
+from whale.harness.trajectory import STATUSES, TRAJECTORY_VERSION, Trajectory
+
+SEEDS_DIR = Path(__file__).parent / "seeds"
+
+
+def seed_names() -> list[str]:
+    return sorted(p.stem for p in SEEDS_DIR.glob("*.py"))
+
+
+def load_harness(name_or_path: str) -> str:
+    """Source of a seed harness by name, or of a harness file by path."""
+    path = SEEDS_DIR / f"{name_or_path}.py"
+    if "/" not in name_or_path and path.exists():
+        return path.read_text()
+    p = Path(name_or_path)
+    if p.is_file():
+        return p.read_text()
+    raise FileNotFoundError(
+        f"no harness {name_or_path!r}: not a seed ({', '.join(seed_names())}) nor a file"
+    )
+
+
+__all__ = [
+    "Budget", "Limits", "PythonToolLimits", "Retriever", "Runtime", "Sandbox",
+    "SandboxUnavailable", "STATUSES", "TRAJECTORY_VERSION", "Trajectory", "harness_hash",
+    "load_harness", "seed_names", "SEEDS_DIR",
+]  # fmt: skip

@@ -1,0 +1,461 @@
+"""The broker: runs one harness on one question in a jailed worker and records the trajectory.
+
+Every `env.llm` / `env.tools.*` call arrives over a pipe; the broker checks the budget, makes
+the call (model backend, nested python sandbox, retriever), appends the event to the
+trajectory and replies. A run ends with one of the statuses of `trajectory.STATUSES`; a bad
+harness is data, never an exception out of `Runtime.run`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import selectors
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from whale.harness import worker as wire
+from whale.harness.budget import Budget, Limits, PythonToolLimits
+from whale.harness.sandbox import Jailed, Sandbox, python_executable
+from whale.harness.trajectory import ModelCall, Status, ToolCall, Trajectory
+from whale.models.base import ChatModel, ModelError, ModelTimeout, Sampling
+
+WORKER_FILE = str(Path(wire.__file__).resolve())
+WORKER_INSIDE = "/whale/worker.py"
+TAIL_CHARS = 4000
+
+
+class Retriever(Protocol):
+    def retrieve(self, query: str, k: int) -> list[dict[str, Any]]: ...
+
+
+def harness_hash(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()[:16]
+
+
+class _Tail:
+    """Keeps the last `keep` bytes of a stream and counts all of them."""
+
+    def __init__(self, keep: int = TAIL_CHARS) -> None:
+        self.keep, self.total, self.buf = keep, 0, bytearray()
+
+    def add(self, data: bytes) -> None:
+        self.total += len(data)
+        self.buf += data
+        if len(self.buf) > 2 * self.keep:
+            del self.buf[: len(self.buf) - self.keep]
+
+    def text(self) -> str:
+        return bytes(self.buf[-self.keep :]).decode("utf-8", "replace")
+
+
+class _Stop(Exception):
+    def __init__(self, status: Status, error: str) -> None:
+        super().__init__(error)
+        self.status, self.error = status, error
+
+
+@dataclass
+class Runtime:
+    """Runs harnesses. One Runtime is shared by many concurrent runs (it holds no run state)."""
+
+    model: ChatModel | None = None
+    budget: Budget = field(default_factory=Budget)
+    limits: Limits = field(default_factory=Limits)
+    python_limits: PythonToolLimits = field(default_factory=PythonToolLimits)
+    sandbox: Sandbox = field(default_factory=Sandbox)
+    temperature: float = 0.0
+    seed: int | None = 0
+
+    def run(
+        self,
+        source: str,
+        question: str,
+        question_id: str = "q",
+        retriever: Retriever | None = None,
+    ) -> Trajectory:
+        return _Run(self, source, question, question_id, retriever).execute()
+
+    def run_python(self, code: str, timeout: float | None) -> dict[str, Any]:
+        """The nested python tool: a fresh jailed interpreter per call."""
+        pl = self.python_limits
+        t = pl.timeout_s if timeout is None else max(0.1, min(float(timeout), pl.timeout_s))
+        limits = Limits(
+            memory_mb=pl.memory_mb,
+            cpu_s=math.ceil(t) + 1,
+            processes=pl.processes,
+            scratch_mb=64,
+            output_bytes=4 * pl.output_chars,
+        )
+        jailed = self.sandbox.spawn(
+            [python_executable(), "-I", "-S", "-c", code], limits, stdin=None
+        )
+        out, err = _Tail(pl.output_chars), _Tail(pl.output_chars)
+        timed_out = _drain(jailed, {"out": out, "err": err}, time.monotonic() + t, limits)
+        rc = jailed.proc.returncode
+        error = None
+        if timed_out:
+            error = f"TimeoutError: code ran past {t:g} s and was killed"
+        elif out.total + err.total > limits.output_bytes:
+            error = f"OutputLimit: printed more than {limits.output_bytes} bytes and was killed"
+        elif rc:
+            lines = err.text().strip().splitlines()
+            error = lines[-1] if lines else f"exit status {rc}"
+        return {"stdout": out.text(), "stderr": err.text(), "error": error, "timed_out": timed_out}
+
+
+def _drain(jailed: Jailed, tails: dict[str, _Tail], deadline: float, limits: Limits) -> bool:
+    """Read stdout/stderr until EOF, the deadline or the output limit. True if timed out."""
+    proc = jailed.proc
+    sel = selectors.DefaultSelector()
+    assert proc.stdout is not None and proc.stderr is not None
+    sel.register(proc.stdout.fileno(), selectors.EVENT_READ, "out")
+    sel.register(proc.stderr.fileno(), selectors.EVENT_READ, "err")
+    open_streams, timed_out = 2, False
+    try:
+        while open_streams:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                timed_out = True
+                break
+            for key, _ in sel.select(left):
+                data = os.read(key.fd, 65536)
+                if not data:
+                    sel.unregister(key.fd)
+                    open_streams -= 1
+                    continue
+                tails[key.data].add(data)
+            if sum(t.total for t in tails.values()) > limits.output_bytes:
+                break
+    finally:
+        sel.close()
+    if open_streams:
+        jailed.kill()
+    else:
+        jailed.proc.wait()
+        jailed.kill()  # the tree may outlive the main process; also releases the uid
+    for stream in (proc.stdout, proc.stderr):
+        stream.close()
+    return timed_out
+
+
+class _Run:
+    def __init__(
+        self,
+        rt: Runtime,
+        source: str,
+        question: str,
+        question_id: str,
+        retriever: Retriever | None,
+    ) -> None:
+        self.rt, self.source, self.question, self.retriever = rt, source, question, retriever
+        self.traj = Trajectory(question_id=question_id, harness_hash=harness_hash(source))
+        self.used = {"model_calls": 0, "retrievals": 0, "tool_calls": 0, "tokens": 0}
+        self.refused = False
+        self.deadline = 0.0
+
+    # -- budget view -------------------------------------------------------------------------
+    def left(self) -> dict[str, Any]:
+        b = self.rt.budget
+        return {
+            "model_calls": b.model_calls - self.used["model_calls"],
+            "retrievals": b.retrievals - self.used["retrievals"],
+            "tool_calls": b.tool_calls - self.used["tool_calls"],
+            "tokens": None if b.max_total_tokens is None else b.max_total_tokens - self.used["tokens"],
+            "seconds": round(max(0.0, self.deadline - time.monotonic()), 3),
+            "max_tokens_per_call": b.max_tokens_per_call,
+        }
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def execute(self) -> Trajectory:
+        t0 = time.monotonic()
+        self.traj.started_at = time.time()
+        self.deadline = t0 + self.rt.budget.run_timeout_s
+        rx_parent, tx_child = os.pipe()  # child -> parent
+        rx_child, tx_parent = os.pipe()  # parent -> child
+        jailed = None
+        try:
+            self.traj.sandbox = self.rt.sandbox.resolved()
+            jailed = self.rt.sandbox.spawn(
+                [python_executable(), "-I", "-S", WORKER_INSIDE, str(rx_child), str(tx_child)],
+                self.rt.limits,
+                pass_fds=(rx_child, tx_child),
+                ro_files={WORKER_FILE: WORKER_INSIDE},
+            )
+            os.close(rx_child)
+            os.close(tx_child)
+            rx_child = tx_child = -1
+            tools = ["python"] + (["retrieve"] if self.retriever is not None else [])
+            init = {"source": self.source, "question": self.question, "tools": tools}
+            wire.send(tx_parent, {**init, "budget": self.left()})
+            status, error, answer = self._serve(jailed, rx_parent, tx_parent)
+        except _Stop as stop:
+            status, error, answer = stop.status, stop.error, None
+        except Exception as e:  # noqa: BLE001 - the sandbox itself failed to start
+            status, error, answer = "crashed", f"runtime: {type(e).__name__}: {e}", None
+        finally:
+            for fd in (rx_parent, tx_parent, rx_child, tx_child):
+                if fd >= 0:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+            if jailed is not None:
+                jailed.kill()
+        if self.refused and status in ("ok", "error"):
+            status = "budget_exceeded"
+            error = error or "harness: a budget was exceeded (see refused events)"
+        self.traj.status, self.traj.error, self.traj.answer = status, error, answer
+        self.traj.wall_s = time.monotonic() - t0
+        return self.traj
+
+    def _serve(self, jailed: Jailed, rx: int, tx: int) -> tuple[Status, str | None, str | None]:
+        proc = jailed.proc
+        assert proc.stdout is not None and proc.stderr is not None
+        tails = {"out": _Tail(), "err": _Tail()}
+        sel = selectors.DefaultSelector()
+        sel.register(proc.stdout.fileno(), selectors.EVENT_READ, "out")
+        sel.register(proc.stderr.fileno(), selectors.EVENT_READ, "err")
+        sel.register(rx, selectors.EVENT_READ, "rpc")
+        buf = bytearray()
+        limit = self.rt.limits
+        try:
+            while True:
+                left = self.deadline - time.monotonic()
+                if left <= 0:
+                    raise _Stop("timeout", f"run exceeded {self.rt.budget.run_timeout_s:g} s")
+                events = sel.select(left)
+                for key, _ in events:
+                    data = os.read(key.fd, 1 << 16)
+                    if key.data != "rpc":
+                        if not data:
+                            sel.unregister(key.fd)
+                        tails[key.data].add(data)
+                        if tails["out"].total + tails["err"].total > limit.output_bytes:
+                            raise _Stop(
+                                "killed", f"output limit: printed more than {limit.output_bytes} bytes"
+                            )
+                        continue
+                    if not data:
+                        return self._exited(jailed)
+                    buf += data
+                    while len(buf) >= wire.HEADER.size:
+                        (size,) = wire.HEADER.unpack_from(buf)
+                        if size > limit.message_bytes:
+                            raise _Stop("killed", f"broker message of {size} bytes is over the limit")
+                        if len(buf) < wire.HEADER.size + size:
+                            break
+                        msg = _parse(bytes(buf[wire.HEADER.size : wire.HEADER.size + size]))
+                        del buf[: wire.HEADER.size + size]
+                        if msg.get("op") == "done":
+                            return _done(msg)
+                        wire.send(tx, self._handle(msg))
+        finally:
+            sel.close()
+            jailed.kill()
+            _drain_rest(proc, tails)
+            self.traj.stdout_tail, self.traj.stderr_tail = tails["out"].text(), tails["err"].text()
+
+    def _exited(self, jailed: Jailed) -> tuple[Status, str | None, str | None]:
+        try:
+            rc = jailed.proc.wait(timeout=2)
+        except Exception:  # noqa: BLE001
+            rc = None
+        raise _Stop("crashed", f"worker exited without an answer (exit status {rc})")
+
+    # -- requests ----------------------------------------------------------------------------
+    def _handle(self, msg: dict[str, Any]) -> dict[str, Any]:
+        op, args = msg.get("op"), msg.get("args")
+        handlers: dict[str, Callable[[dict[str, Any]], Any]] = {
+            "llm": self._llm,
+            "python": self._python,
+            "retrieve": self._retrieve,
+        }
+        if op not in handlers or not isinstance(args, dict):
+            return {"ok": False, "error": f"unknown request {op!r}", "budget": self.left()}
+        try:
+            result = handlers[op](args)
+        except _Refused as r:
+            self.refused = True
+            self.traj.add_refusal(str(op), str(r))
+            return {"ok": False, "budget_exceeded": True, "error": str(r), "budget": self.left()}
+        except _BadCall as e:
+            return {"ok": False, "error": str(e), "budget": self.left()}
+        return {"ok": True, "result": result, "budget": self.left()}
+
+    def _spend(self, what: str, cap: int) -> None:
+        if self.used[what] >= cap:
+            raise _Refused(f"budget exceeded: {what} limit of {cap} reached")
+        self.used[what] += 1
+
+    def _remaining_s(self) -> float:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise _Stop("timeout", f"run exceeded {self.rt.budget.run_timeout_s:g} s")
+        return left
+
+    def _llm(self, args: dict[str, Any]) -> dict[str, Any]:
+        b = self.rt.budget
+        messages, sampling = _check_llm_args(args, b, self.rt)
+        if self.rt.model is None:
+            raise _BadCall("no model backend is configured for this run")
+        if b.max_total_tokens is not None:
+            tokens_left = b.max_total_tokens - self.used["tokens"]
+            if tokens_left <= 0:
+                raise _Refused(f"budget exceeded: token limit of {b.max_total_tokens} reached")
+            sampling = Sampling(**{**sampling.__dict__, "max_tokens": min(sampling.max_tokens, tokens_left)})
+        self._spend("model_calls", b.model_calls)
+        timeout = min(b.model_call_timeout_s, self._remaining_s())
+        t = time.monotonic()
+        try:
+            c = self.rt.model.chat(messages, sampling, timeout=timeout)
+        except ModelTimeout as e:
+            self._record_failed_call(messages, sampling, t, e)
+            self._remaining_s()  # the run's own clock ran out: status timeout
+            raise _BadCall(f"model call timed out after {timeout:.1f} s") from None
+        except ModelError as e:
+            self._record_failed_call(messages, sampling, t, e)
+            raise _BadCall(f"model error: {e}") from None
+        self.used["tokens"] += int(c.usage.get("completion_tokens", 0))
+        self.traj.add_model_call(
+            ModelCall(
+                messages=messages,
+                text=c.text,
+                finish_reason=c.finish_reason,
+                usage=dict(c.usage),
+                latency_s=time.monotonic() - t,
+                token_ids=c.token_ids,
+                prompt_token_ids=c.prompt_token_ids,
+                params=sampling.key(),
+                cached=c.cached,
+            )
+        )
+        return {"text": c.text, "finish_reason": c.finish_reason}
+
+    def _record_failed_call(
+        self, messages: list[dict[str, Any]], sampling: Sampling, t: float, e: Exception
+    ) -> None:
+        self.traj.add_model_call(
+            ModelCall(
+                messages=messages,
+                text="",
+                finish_reason="error",
+                latency_s=time.monotonic() - t,
+                params=sampling.key(),
+                error=f"{type(e).__name__}: {e}",
+            )
+        )
+
+    def _python(self, args: dict[str, Any]) -> dict[str, Any]:
+        code, timeout = args.get("code"), args.get("timeout")
+        if not isinstance(code, str):
+            raise _BadCall("python(code): code must be a string")
+        if timeout is not None and not isinstance(timeout, int | float):
+            raise _BadCall("python(timeout=): timeout must be a number of seconds")
+        self._spend("tool_calls", self.rt.budget.tool_calls)
+        t = time.monotonic()
+        wanted = self.rt.python_limits.timeout_s if timeout is None else float(timeout)
+        result = self.rt.run_python(code, min(wanted, self._remaining_s()))
+        self.traj.add_tool_call(
+            ToolCall("python", {"code": code, "timeout": timeout}, result, time.monotonic() - t)
+        )
+        return result
+
+    def _retrieve(self, args: dict[str, Any]) -> list[dict[str, Any]]:
+        query, k = args.get("query"), args.get("k", 5)
+        if self.retriever is None:
+            raise _BadCall("this task provides no retriever")
+        if not isinstance(query, str) or not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise _BadCall("retrieve(query, k): query must be a string and k a positive int")
+        if not query.strip():
+            return []  # an empty query returns nothing and costs no budget
+        self._spend("retrievals", self.rt.budget.retrievals)
+        t = time.monotonic()
+        passages = self.retriever.retrieve(query, min(k, 50))
+        self.traj.add_tool_call(
+            ToolCall("retrieve", {"query": query, "k": k}, passages, time.monotonic() - t)
+        )
+        return passages
+
+
+class _Refused(Exception):
+    pass
+
+
+class _BadCall(Exception):
+    pass
+
+
+def _check_llm_args(
+    args: dict[str, Any], b: Budget, rt: Runtime
+) -> tuple[list[dict[str, Any]], Sampling]:
+    messages = args.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise _BadCall("llm(messages): messages must be a non-empty list of {role, content}")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("content"), str):
+            raise _BadCall(f"llm(messages): message {i} must be a dict with a string 'content'")
+        if m.get("role") not in ("system", "user", "assistant", "tool"):
+            raise _BadCall(f"llm(messages): message {i} has role {m.get('role')!r}")
+    max_tokens = args.get("max_tokens")
+    if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
+        raise _BadCall("llm(max_tokens=): must be a positive int")
+    temperature = args.get("temperature")
+    if temperature is not None and not isinstance(temperature, int | float):
+        raise _BadCall("llm(temperature=): must be a number")
+    stop = args.get("stop")
+    if isinstance(stop, str):
+        stop = [stop]
+    if stop is not None and not (isinstance(stop, list) and all(isinstance(s, str) for s in stop)):
+        raise _BadCall("llm(stop=): must be a string or a list of strings")
+    sampling = Sampling(
+        max_tokens=min(max_tokens or b.max_tokens_per_call, b.max_tokens_per_call),
+        temperature=rt.temperature if temperature is None else float(temperature),
+        stop=tuple(stop or ())[:4],
+        seed=rt.seed,
+    )
+    clean = [{"role": m["role"], "content": m["content"]} for m in messages]
+    return clean, sampling
+
+
+def _parse(data: bytes) -> dict[str, Any]:
+    import json
+
+    try:
+        msg = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise _Stop("killed", f"malformed broker message: {e}") from None
+    if not isinstance(msg, dict):
+        raise _Stop("killed", "malformed broker message: not an object")
+    return msg
+
+
+def _done(msg: dict[str, Any]) -> tuple[Status, str | None, str | None]:
+    status = msg.get("status")
+    if status == "ok" and isinstance(msg.get("answer"), str):
+        return "ok", None, msg["answer"]
+    if status in ("error", "budget_exceeded"):
+        return status, str(msg.get("error", ""))[:4000], None
+    return "error", "harness: malformed done message", None
+
+
+def _drain_rest(proc: Any, tails: dict[str, _Tail]) -> None:
+    """After the kill, read what is left in the pipes (bounded) and close them."""
+    for name, stream in (("out", proc.stdout), ("err", proc.stderr)):
+        if stream is None:
+            continue
+        try:
+            os.set_blocking(stream.fileno(), False)
+            for _ in range(64):
+                data = os.read(stream.fileno(), 1 << 16)
+                if not data:
+                    break
+                tails[name].add(data)
+        except (BlockingIOError, OSError, ValueError):
+            pass
+        finally:
+            stream.close()

@@ -1,0 +1,97 @@
+"""The one trajectory record everyone reads (report builder, SFT data, archive, HTML report).
+
+A trajectory is written by the parent process (the broker), never by the harness: the harness
+can only *ask* for model and tool calls, and the parent records what it actually did. So a
+hostile harness cannot forge a model completion or hide a tool call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+TRAJECTORY_VERSION = 1
+
+Status = Literal["ok", "error", "timeout", "budget_exceeded", "crashed", "killed"]
+STATUSES: tuple[Status, ...] = ("ok", "error", "timeout", "budget_exceeded", "crashed", "killed")
+
+
+@dataclass
+class ModelCall:
+    messages: list[dict[str, Any]]
+    text: str
+    finish_reason: str
+    usage: dict[str, int] = field(default_factory=dict)
+    latency_s: float = 0.0
+    token_ids: list[int] | None = None
+    prompt_token_ids: list[int] | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    cached: bool = False
+
+
+@dataclass
+class ToolCall:
+    name: str
+    args: dict[str, Any]
+    result: Any
+    latency_s: float = 0.0
+    error: str | None = None
+
+
+@dataclass
+class Trajectory:
+    question_id: str
+    harness_hash: str
+    status: Status = "ok"
+    answer: str | None = None
+    error: str | None = None
+    # Events in call order; each is {"kind": "model"|"tool"|"refused", ...}.
+    events: list[dict[str, Any]] = field(default_factory=list)
+    stdout_tail: str = ""
+    stderr_tail: str = ""
+    started_at: float = 0.0
+    wall_s: float = 0.0
+    sandbox: str = ""
+    version: int = TRAJECTORY_VERSION
+
+    # -- views -----------------------------------------------------------------------------
+    def model_calls(self) -> list[ModelCall]:
+        return [_from_dict(ModelCall, e) for e in self.events if e["kind"] == "model"]
+
+    def tool_calls(self) -> list[ToolCall]:
+        return [_from_dict(ToolCall, e) for e in self.events if e["kind"] == "tool"]
+
+    def tokens(self) -> int:
+        return sum(int(c.usage.get("total_tokens", 0)) for c in self.model_calls())
+
+    @property
+    def finished(self) -> bool:
+        """ρ_run counts runs that returned an answer of the right type within budget."""
+        return self.status == "ok"
+
+    # -- records ---------------------------------------------------------------------------
+    def add_model_call(self, call: ModelCall) -> None:
+        self.events.append({"kind": "model", **dataclasses.asdict(call)})
+
+    def add_tool_call(self, call: ToolCall) -> None:
+        self.events.append({"kind": "tool", **dataclasses.asdict(call)})
+
+    def add_refusal(self, op: str, reason: str) -> None:
+        self.events.append({"kind": "refused", "op": op, "reason": reason})
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Trajectory:
+        version = d.get("version")
+        if version != TRAJECTORY_VERSION:
+            raise ValueError(f"trajectory version {version!r} is not {TRAJECTORY_VERSION}")
+        return _from_dict(cls, d)
+
+
+def _from_dict(cls: Any, d: dict[str, Any]) -> Any:
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in d.items() if k in names})

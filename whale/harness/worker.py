@@ -1,0 +1,224 @@
+"""The program that runs inside the jail: loads one harness and calls `run(question, env)`.
+
+Standard library only, and imported by nothing inside the jail but itself (it runs with
+`python -I -S`). Every `env` call is a request over a pipe to the broker in the parent, which
+enforces the budget, makes the call and records it; this side keeps no record that counts.
+
+Wire format, both ways: 4-byte big-endian length, then a UTF-8 JSON object.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import struct
+import sys
+import traceback
+from typing import Any
+
+HEADER = struct.Struct(">I")
+
+
+def send(fd: int, obj: Any) -> None:
+    data = json.dumps(obj, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    buf = HEADER.pack(len(data)) + data
+    view = memoryview(buf)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def recv(fd: int) -> Any:
+    header = _read_exact(fd, HEADER.size)
+    (size,) = HEADER.unpack(header)
+    return json.loads(_read_exact(fd, size).decode("utf-8"))
+
+
+def _read_exact(fd: int, n: int) -> bytes:
+    chunks = []
+    while n:
+        chunk = os.read(fd, min(n, 1 << 20))
+        if not chunk:
+            raise EOFError("broker closed the pipe")
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+# --- what the harness sees ------------------------------------------------------------------
+
+
+class BudgetExceeded(BaseException):
+    """Raised by env calls once a budget is spent. A BaseException so that a harness's broad
+    `except Exception` does not swallow it; the run is recorded as budget_exceeded either way."""
+
+
+class ToolError(Exception):
+    """A brokered call failed (model error, timeout, bad arguments)."""
+
+
+class Reply(str):
+    """A model reply: usable as the text itself, with `.text` and `.finish_reason`."""
+
+    text: str
+    finish_reason: str
+
+    def __new__(cls, text: str, finish_reason: str) -> Reply:
+        obj = super().__new__(cls, text)
+        obj.text = text
+        obj.finish_reason = finish_reason
+        return obj
+
+
+class PythonResult(str):
+    """Result of `env.tools.python`: the text is stdout (then stderr and any exception)."""
+
+    stdout: str
+    stderr: str
+    error: str | None
+    timed_out: bool
+
+    def __new__(cls, d: dict[str, Any]) -> PythonResult:
+        parts = [d.get("stdout", "")]
+        if d.get("stderr"):
+            parts.append(d["stderr"])
+        if d.get("error"):
+            parts.append(d["error"])
+        obj = super().__new__(cls, "\n".join(p for p in parts if p))
+        obj.stdout = d.get("stdout", "")
+        obj.stderr = d.get("stderr", "")
+        obj.error = d.get("error")
+        obj.timed_out = bool(d.get("timed_out"))
+        return obj
+
+
+class Budget:
+    """What is left of this run's budget, as last reported by the broker (read-only)."""
+
+    def __init__(self, left: dict[str, Any]) -> None:
+        self._left = dict(left)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._left[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __repr__(self) -> str:
+        return f"Budget({self._left})"
+
+
+class _Link:
+    def __init__(self, rfd: int, wfd: int) -> None:
+        self.rfd, self.wfd = rfd, wfd
+        self.budget = Budget({})
+
+    def call(self, op: str, **args: Any) -> Any:
+        send(self.wfd, {"op": op, "args": args})
+        reply = recv(self.rfd)
+        self.budget = Budget(reply.get("budget", {}))
+        if reply.get("ok"):
+            return reply["result"]
+        if reply.get("budget_exceeded"):
+            raise BudgetExceeded(reply["error"])
+        raise ToolError(reply["error"])
+
+
+class Tools:
+    def __init__(self, link: _Link, names: list[str]) -> None:
+        self._link = link
+        self._names = names
+
+    def python(self, code: str, timeout: float | None = None) -> PythonResult:
+        return PythonResult(self._link.call("python", code=code, timeout=timeout))
+
+    def retrieve(self, query: str, k: int = 5) -> list[dict[str, Any]]:
+        if "retrieve" not in self._names:
+            raise ToolError("this task provides no retriever")
+        return list(self._link.call("retrieve", query=query, k=k))
+
+    def __dir__(self) -> list[str]:
+        return list(self._names)
+
+
+class Env:
+    def __init__(self, link: _Link, tools: list[str]) -> None:
+        self._link = link
+        self.tools = Tools(link, tools)
+
+    @property
+    def budget(self) -> Budget:
+        return self._link.budget
+
+    def llm(
+        self,
+        messages: Any,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        stop: Any = None,
+    ) -> Reply:
+        if isinstance(messages, str):
+            messages = [{"role": "user", "content": messages}]
+        r = self._link.call(
+            "llm", messages=messages, max_tokens=max_tokens, temperature=temperature, stop=stop
+        )
+        return Reply(r["text"], r["finish_reason"])
+
+
+# --- main -----------------------------------------------------------------------------------
+
+
+def _load(source: str) -> Any:
+    code = compile(source, "harness.py", "exec")
+    namespace: dict[str, Any] = {"__name__": "harness"}
+    exec(code, namespace)
+    run = namespace.get("run")
+    if not callable(run):
+        raise TypeError("harness defines no callable run(question, env)")
+    try:
+        inspect.signature(run).bind("question", object())
+    except TypeError as e:
+        raise TypeError(f"run() cannot be called as run(question, env): {e}") from None
+    return run
+
+
+def main() -> None:
+    rfd, wfd = int(sys.argv[1]), int(sys.argv[2])
+    init = recv(rfd)
+    link = _Link(rfd, wfd)
+    link.budget = Budget(init.get("budget", {}))
+    try:
+        run = _load(init["source"])
+    except BaseException as e:  # noqa: BLE001 - every failure is data
+        send(wfd, {"op": "done", "status": "error", "error": f"load: {_describe(e)}"})
+        return
+    try:
+        answer = run(init["question"], Env(link, init.get("tools", [])))
+    except BudgetExceeded as e:
+        send(wfd, {"op": "done", "status": "budget_exceeded", "error": f"harness: {e}"})
+        return
+    except BaseException as e:  # noqa: BLE001
+        send(wfd, {"op": "done", "status": "error", "error": f"harness: {_describe(e)}"})
+        return
+    if not isinstance(answer, str):
+        send(
+            wfd,
+            {
+                "op": "done",
+                "status": "error",
+                "error": f"harness: run() returned {type(answer).__name__}, expected str",
+            },
+        )
+        return
+    send(wfd, {"op": "done", "status": "ok", "answer": str(answer)})
+
+
+def _describe(e: BaseException) -> str:
+    tb = traceback.format_exception(type(e), e, e.__traceback__)
+    text = "".join(tb[-6:])
+    return text[-3000:]
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""Chat models: one protocol, backends for OpenAI-compatible servers and the embedded llama.cpp
+default, a response cache, and the catalog of demo models that ship in registry packages."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from whale.models.base import (
+    ChatModel,
+    Completion,
+    ContextOverflow,
+    Message,
+    ModelError,
+    ModelNotFound,
+    ModelTimeout,
+    ModelUnreachable,
+    Sampling,
+)
+from whale.models.cache import CachedModel
+from whale.models.catalog import CATALOG, DEFAULT_MODEL, UnknownModel, is_installed, model_path
+from whale.models.embedded import EmbeddedLlama
+from whale.models.openai_compat import OpenAICompatible
+
+
+@dataclass
+class ModelConfig:
+    """`name`: a catalog name (`qwen-coder-0.5b`), a path to a .gguf file, or the served model
+    name when `base_url` points at an OpenAI-compatible server. `name@URL` sets both."""
+
+    name: str = DEFAULT_MODEL
+    base_url: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    n_ctx: int = 4096
+    threads: int = 2
+    timeout_s: float = 120.0
+    retries: int = 4
+    cache: bool = True
+    cache_path: str | None = None
+
+
+class ModelNotInstalled(ModelError):
+    pass
+
+
+def build_model(cfg: ModelConfig) -> ChatModel:
+    """Make the backend a config names. Nothing starts here: the embedded server starts on the
+    first call."""
+    name, base_url = cfg.name, cfg.base_url
+    if "@" in name and base_url is None:
+        name, base_url = name.split("@", 1)
+    model: ChatModel
+    if base_url:
+        model = OpenAICompatible(
+            name, base_url, api_key=os.environ.get(cfg.api_key_env), retries=cfg.retries,
+            timeout_s=cfg.timeout_s,
+        )  # fmt: skip
+    elif name.endswith(".gguf"):
+        if not Path(name).is_file():
+            raise ModelNotInstalled(f"GGUF file {name} does not exist")
+        model = EmbeddedLlama(name, n_ctx=cfg.n_ctx, threads=cfg.threads, timeout_s=cfg.timeout_s)
+    elif name in CATALOG:
+        if not is_installed(name):
+            raise ModelNotInstalled(f"model {name!r} is not installed: run `whale models install {name}`")
+        model = EmbeddedLlama(model_path(name), alias=name, n_ctx=cfg.n_ctx, threads=cfg.threads,
+                              timeout_s=cfg.timeout_s)  # fmt: skip
+    else:
+        raise UnknownModel(name)
+    if cfg.cache:
+        path = cfg.cache_path or str(
+            Path(os.environ.get("WHALE_CACHE") or Path.home() / ".cache" / "whale") / "responses.sqlite"
+        )
+        model = CachedModel(model, path)
+    return model
+
+
+def close_model(model: ChatModel | None) -> None:
+    close = getattr(model, "close", None)
+    if close is not None:
+        close()
+
+
+__all__ = [
+    "CATALOG", "CachedModel", "ChatModel", "Completion", "ContextOverflow", "DEFAULT_MODEL",
+    "EmbeddedLlama", "Message", "ModelConfig", "ModelError", "ModelNotFound", "ModelNotInstalled",
+    "ModelTimeout", "ModelUnreachable", "OpenAICompatible", "Sampling", "UnknownModel",
+    "build_model", "close_model",
+]  # fmt: skip

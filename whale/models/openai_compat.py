@@ -1,0 +1,145 @@
+"""Any OpenAI-compatible chat server: vLLM, SGLang, llama.cpp server, hosted APIs.
+
+Retries with exponential backoff on connection errors, 429 and 5xx (the client's own retries
+are off so that the policy is ours and tested). A wrong URL, a missing model and a context
+overflow each raise their own error with a message that names the URL or the model.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+from typing import Any
+
+import openai
+
+from whale.models.base import (
+    Completion,
+    ContextOverflow,
+    Message,
+    ModelError,
+    ModelNotFound,
+    ModelTimeout,
+    ModelUnreachable,
+    Sampling,
+)
+
+_CONTEXT_WORDS = ("context length", "context window", "maximum context", "too many tokens",
+                  "exceed context", "context_length")  # fmt: skip
+
+
+class OpenAICompatible:
+    def __init__(
+        self,
+        model: str,
+        base_url: str,
+        api_key: str | None = None,
+        retries: int = 4,
+        backoff_s: float = 0.5,
+        timeout_s: float = 120.0,
+        max_connections: int = 64,
+    ) -> None:
+        self.model = model
+        self.base_url = base_url.rstrip("/")
+        self.name = f"openai:{self.base_url}:{model}"
+        self.retries, self.backoff_s, self.timeout_s = retries, backoff_s, timeout_s
+        key = api_key or os.environ.get("WHALE_API_KEY") or os.environ.get("OPENAI_API_KEY") or "none"
+        import httpx
+
+        http = httpx.Client(
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+            timeout=timeout_s,
+        )
+        self._client = openai.OpenAI(base_url=self.base_url, api_key=key, max_retries=0, http_client=http)
+        self._rng = random.Random(0)
+        self._lock = threading.Lock()
+
+    def chat(self, messages: list[Message], sampling: Sampling, timeout: float | None = None) -> Completion:
+        timeout = self.timeout_s if timeout is None else timeout
+        deadline = time.monotonic() + timeout
+        attempt = 0
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ModelTimeout(f"{self.model} at {self.base_url}: no reply within {timeout:.1f} s")
+            try:
+                return self._once(messages, sampling, left)
+            except openai.APITimeoutError:
+                raise ModelTimeout(
+                    f"{self.model} at {self.base_url}: no reply within {timeout:.1f} s"
+                ) from None
+            except openai.APIConnectionError as e:
+                err: ModelError = ModelUnreachable(
+                    f"cannot reach the model server at {self.base_url}: {e.__cause__ or e}"
+                )
+            except openai.NotFoundError as e:
+                raise ModelNotFound(
+                    f"model {self.model!r} not found at {self.base_url} ({_message(e)})"
+                ) from None
+            except openai.RateLimitError as e:
+                err = ModelError(f"{self.base_url} kept refusing with 429: {_message(e)}")
+            except openai.InternalServerError as e:
+                err = ModelError(f"{self.base_url} answered {e.status_code}: {_message(e)}")
+            except openai.APIStatusError as e:
+                text = _message(e)
+                if e.status_code in (400, 413, 422) and any(w in text.lower() for w in _CONTEXT_WORDS):
+                    raise ContextOverflow(f"{self.model}: prompt does not fit ({text})") from None
+                if e.status_code >= 500:
+                    err = ModelError(f"{self.base_url} answered {e.status_code}: {text}")
+                else:
+                    raise ModelError(f"{self.base_url} answered {e.status_code}: {text}") from None
+            attempt += 1
+            if attempt > self.retries:
+                raise err
+            with self._lock:
+                jitter = self._rng.uniform(0.5, 1.0)
+            time.sleep(min(self.backoff_s * 2 ** (attempt - 1) * jitter, max(0.0, deadline - time.monotonic())))
+
+    def _once(self, messages: list[Message], sampling: Sampling, timeout: float) -> Completion:
+        kwargs: dict[str, Any] = dict(
+            model=self.model,
+            messages=messages,
+            max_tokens=sampling.max_tokens,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            timeout=timeout,
+        )
+        if sampling.stop:
+            kwargs["stop"] = list(sampling.stop)
+        if sampling.seed is not None:
+            kwargs["seed"] = sampling.seed
+        r = self._client.chat.completions.create(**kwargs)
+        if not r.choices:
+            raise ModelError(f"{self.base_url} returned no choices")
+        choice = r.choices[0]
+        usage = {}
+        if r.usage is not None:
+            usage = {
+                "prompt_tokens": int(r.usage.prompt_tokens or 0),
+                "completion_tokens": int(r.usage.completion_tokens or 0),
+                "total_tokens": int(r.usage.total_tokens or 0),
+            }
+        extra = getattr(choice, "model_extra", None) or {}
+        token_ids = extra.get("token_ids")  # vLLM with return_token_ids
+        return Completion(
+            text=choice.message.content or "",
+            finish_reason=choice.finish_reason or "stop",
+            usage=usage,
+            token_ids=list(token_ids) if token_ids else None,
+        )
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def _message(e: openai.APIStatusError) -> str:
+    body = e.body
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and inner.get("message"):
+            return str(inner["message"])[:500]
+        if isinstance(inner, str):
+            return inner[:500]
+    return str(e.message)[:500]
