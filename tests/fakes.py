@@ -40,5 +40,7 @@ class ScriptedModel:
             text = self.replies[min(i, len(self.replies) - 1)]
         n = len(text.split())
         return Completion(
-            text, self.finish_reason, {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": 5 + n}
+            text,
+            self.finish_reason,
+            {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": 5 + n},
         )

@@ -25,7 +25,9 @@ def test_thirteenth_model_call_is_refused_and_recorded():
     assert t.status == "budget_exceeded"
     assert len(model.calls) == 12
     refused = [e for e in t.events if e["kind"] == "refused"]
-    assert refused and refused[0]["op"] == "llm" and "model_calls limit of 12" in refused[0]["reason"]
+    assert (
+        refused and refused[0]["op"] == "llm" and "model_calls limit of 12" in refused[0]["reason"]
+    )
 
 
 def test_catching_budget_exceeded_still_marks_the_run():

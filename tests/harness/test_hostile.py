@@ -67,7 +67,9 @@ def test_fork_bomb_is_contained():
         "    except OSError as e:\n"
         "        return f'stopped after {n}: {e.errno}'\n"
     )
-    t = Runtime(model=None, budget=Budget(run_timeout_s=10), limits=Limits(processes=16)).run(src, "x")
+    t = Runtime(model=None, budget=Budget(run_timeout_s=10), limits=Limits(processes=16)).run(
+        src, "x"
+    )
     assert t.status == "ok"
     forks = int(t.answer.split()[2].rstrip(":"))
     assert forks < 16
@@ -160,3 +162,21 @@ def test_forged_broker_message_is_not_recorded_as_a_model_call(runtime):
     t = runtime.run(src, "x")
     assert t.status == "ok" and "unknown request" in t.answer
     assert t.model_calls() == []
+
+
+def test_warm_workers_are_fresh_for_every_run():
+    # A pooled worker has run nothing before its run: state left by one run is never seen
+    # by the next.
+    src = (
+        "import os\n"
+        "def run(q, env):\n"
+        "    seen = os.path.exists('mark')\n"
+        "    open('mark', 'w').write('x')\n"
+        "    return str(seen)\n"
+    )
+    rt = Runtime(model=None, warm=2)
+    try:
+        answers = [rt.run(src, "x").answer for _ in range(5)]
+    finally:
+        rt.close()
+    assert answers == ["False"] * 5

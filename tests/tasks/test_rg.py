@@ -6,8 +6,14 @@ from whale.tasks import UnknownTask, load_task
 from whale.tasks.rg import families
 
 WRONG = "\u2603 definitely not the answer \u2603"
-CONFIGS = {"composite": {"datasets": [{"name": "basic_arithmetic", "weight": 1, "config": {}},
-                                      {"name": "maze", "weight": 1, "config": {}}]}}
+CONFIGS = {
+    "composite": {
+        "datasets": [
+            {"name": "basic_arithmetic", "weight": 1, "config": {}},
+            {"name": "maze", "weight": 1, "config": {}},
+        ]
+    }
+}
 
 
 def test_there_are_over_100_families():

@@ -5,6 +5,7 @@ from pathlib import Path
 from whale.harness.broker import Retriever, Runtime, harness_hash
 from whale.harness.budget import Budget, Limits, PythonToolLimits
 from whale.harness.sandbox import Sandbox, SandboxUnavailable
+from whale.harness.settings import RuntimeConfig, make_runtime
 from whale.harness.trajectory import STATUSES, TRAJECTORY_VERSION, Trajectory
 
 SEEDS_DIR = Path(__file__).parent / "seeds"
@@ -28,7 +29,7 @@ def load_harness(name_or_path: str) -> str:
 
 
 __all__ = [
-    "Budget", "Limits", "PythonToolLimits", "Retriever", "Runtime", "Sandbox",
+    "Budget", "Limits", "PythonToolLimits", "Retriever", "Runtime", "RuntimeConfig", "Sandbox",
     "SandboxUnavailable", "STATUSES", "TRAJECTORY_VERSION", "Trajectory", "harness_hash",
-    "load_harness", "seed_names", "SEEDS_DIR",
+    "load_harness", "make_runtime", "seed_names", "SEEDS_DIR",
 ]  # fmt: skip

@@ -8,7 +8,9 @@ harness is data, never an exception out of `Runtime.run`.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
+import json
 import math
 import os
 import selectors
@@ -20,6 +22,7 @@ from typing import Any, Protocol
 
 from whale.harness import worker as wire
 from whale.harness.budget import Budget, Limits, PythonToolLimits
+from whale.harness.pool import WorkerPool
 from whale.harness.sandbox import Jailed, Sandbox, python_executable
 from whale.harness.trajectory import ModelCall, Status, ToolCall, Trajectory
 from whale.models.base import ChatModel, ModelError, ModelTimeout, Sampling
@@ -53,6 +56,49 @@ class _Tail:
         return bytes(self.buf[-self.keep :]).decode("utf-8", "replace")
 
 
+@dataclass
+class _Worker:
+    """A started jailed worker that has not run anything yet, and its two pipe ends."""
+
+    jailed: Jailed
+    rx: int
+    tx: int
+
+    def alive(self) -> bool:
+        return self.jailed.proc.poll() is None
+
+    def discard(self) -> None:
+        self.jailed.kill()
+        for fd in (self.rx, self.tx):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        for stream in (self.jailed.proc.stdout, self.jailed.proc.stderr):
+            if stream is not None and not stream.closed:
+                stream.close()
+
+
+def spawn_worker(sandbox: Sandbox, limits: Limits) -> _Worker:
+    rx_parent, tx_child = os.pipe()  # child -> parent
+    rx_child, tx_parent = os.pipe()  # parent -> child
+    try:
+        jailed = sandbox.spawn(
+            [python_executable(), "-I", "-S", WORKER_INSIDE, str(rx_child), str(tx_child)],
+            limits,
+            pass_fds=(rx_child, tx_child),
+            ro_files={WORKER_FILE: WORKER_INSIDE},
+        )
+    except BaseException:
+        for fd in (rx_parent, tx_parent):
+            os.close(fd)
+        raise
+    finally:
+        os.close(rx_child)
+        os.close(tx_child)
+    return _Worker(jailed, rx_parent, tx_parent)
+
+
 class _Stop(Exception):
     def __init__(self, status: Status, error: str) -> None:
         super().__init__(error)
@@ -70,6 +116,24 @@ class Runtime:
     sandbox: Sandbox = field(default_factory=Sandbox)
     temperature: float = 0.0
     seed: int | None = 0
+    # Fresh workers kept started ahead of need (see pool.py); 0 starts each on demand.
+    warm: int = 0
+    _pool: WorkerPool[_Worker] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def _take_worker(self) -> _Worker:
+        if self.warm <= 0:
+            return spawn_worker(self.sandbox, self.limits)
+        if self._pool is None:
+            self._pool = WorkerPool(lambda: spawn_worker(self.sandbox, self.limits), self.warm,
+                                    fillers=min(4, os.cpu_count() or 1))  # fmt: skip
+            atexit.register(self._pool.close)
+        return self._pool.take()
+
+    def close(self) -> None:
+        """Stop the warm workers (they also exit by themselves when this process ends)."""
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
 
     def run(
         self,
@@ -165,7 +229,9 @@ class _Run:
             "model_calls": b.model_calls - self.used["model_calls"],
             "retrievals": b.retrievals - self.used["retrievals"],
             "tool_calls": b.tool_calls - self.used["tool_calls"],
-            "tokens": None if b.max_total_tokens is None else b.max_total_tokens - self.used["tokens"],
+            "tokens": None
+            if b.max_total_tokens is None
+            else b.max_total_tokens - self.used["tokens"],
             "seconds": round(max(0.0, self.deadline - time.monotonic()), 3),
             "max_tokens_per_call": b.max_tokens_per_call,
         }
@@ -175,37 +241,21 @@ class _Run:
         t0 = time.monotonic()
         self.traj.started_at = time.time()
         self.deadline = t0 + self.rt.budget.run_timeout_s
-        rx_parent, tx_child = os.pipe()  # child -> parent
-        rx_child, tx_parent = os.pipe()  # parent -> child
-        jailed = None
+        w: _Worker | None = None
         try:
             self.traj.sandbox = self.rt.sandbox.resolved()
-            jailed = self.rt.sandbox.spawn(
-                [python_executable(), "-I", "-S", WORKER_INSIDE, str(rx_child), str(tx_child)],
-                self.rt.limits,
-                pass_fds=(rx_child, tx_child),
-                ro_files={WORKER_FILE: WORKER_INSIDE},
-            )
-            os.close(rx_child)
-            os.close(tx_child)
-            rx_child = tx_child = -1
+            w = self.rt._take_worker()
             tools = ["python"] + (["retrieve"] if self.retriever is not None else [])
             init = {"source": self.source, "question": self.question, "tools": tools}
-            wire.send(tx_parent, {**init, "budget": self.left()})
-            status, error, answer = self._serve(jailed, rx_parent, tx_parent)
+            wire.send_marshal(w.tx, {**init, "budget": self.left()})
+            status, error, answer = self._serve(w.jailed, w.rx, w.tx)
         except _Stop as stop:
             status, error, answer = stop.status, stop.error, None
         except Exception as e:  # noqa: BLE001 - the sandbox itself failed to start
             status, error, answer = "crashed", f"runtime: {type(e).__name__}: {e}", None
         finally:
-            for fd in (rx_parent, tx_parent, rx_child, tx_child):
-                if fd >= 0:
-                    try:
-                        os.close(fd)
-                    except OSError:
-                        pass
-            if jailed is not None:
-                jailed.kill()
+            if w is not None:
+                w.discard()
         if self.refused and status in ("ok", "error"):
             status = "budget_exceeded"
             error = error or "harness: a budget was exceeded (see refused events)"
@@ -237,7 +287,8 @@ class _Run:
                         tails[key.data].add(data)
                         if tails["out"].total + tails["err"].total > limit.output_bytes:
                             raise _Stop(
-                                "killed", f"output limit: printed more than {limit.output_bytes} bytes"
+                                "killed",
+                                f"output limit: printed more than {limit.output_bytes} bytes",
                             )
                         continue
                     if not data:
@@ -246,14 +297,16 @@ class _Run:
                     while len(buf) >= wire.HEADER.size:
                         (size,) = wire.HEADER.unpack_from(buf)
                         if size > limit.message_bytes:
-                            raise _Stop("killed", f"broker message of {size} bytes is over the limit")
+                            raise _Stop(
+                                "killed", f"broker message of {size} bytes is over the limit"
+                            )
                         if len(buf) < wire.HEADER.size + size:
                             break
                         msg = _parse(bytes(buf[wire.HEADER.size : wire.HEADER.size + size]))
                         del buf[: wire.HEADER.size + size]
                         if msg.get("op") == "done":
                             return _done(msg)
-                        wire.send(tx, self._handle(msg))
+                        wire.send_marshal(tx, _plain(self._handle(msg)))
         finally:
             sel.close()
             jailed.kill()
@@ -307,7 +360,9 @@ class _Run:
             tokens_left = b.max_total_tokens - self.used["tokens"]
             if tokens_left <= 0:
                 raise _Refused(f"budget exceeded: token limit of {b.max_total_tokens} reached")
-            sampling = Sampling(**{**sampling.__dict__, "max_tokens": min(sampling.max_tokens, tokens_left)})
+            sampling = Sampling(
+                **{**sampling.__dict__, "max_tokens": min(sampling.max_tokens, tokens_left)}
+            )
         self._spend("model_calls", b.model_calls)
         timeout = min(b.model_call_timeout_s, self._remaining_s())
         t = time.monotonic()
@@ -423,15 +478,41 @@ def _check_llm_args(
 
 
 def _parse(data: bytes) -> dict[str, Any]:
-    import json
-
     try:
         msg = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise _Stop("killed", f"malformed broker message: {e}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise _Stop("killed", f"malformed broker message: {type(e).__name__}: {e}") from None
     if not isinstance(msg, dict):
         raise _Stop("killed", "malformed broker message: not an object")
-    return msg
+    return _scrub(msg)  # type: ignore[no-any-return]
+
+
+def _scrub(x: Any) -> Any:
+    """Replace lone surrogates (valid JSON escapes, invalid UTF-8) so records stay writable."""
+    if isinstance(x, str):
+        try:
+            x.encode("utf-8")
+            return x
+        except UnicodeEncodeError:
+            return x.encode("utf-8", "replace").decode("utf-8")
+    if isinstance(x, dict):
+        return {_scrub(k): _scrub(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_scrub(v) for v in x]
+    return x
+
+
+def _plain(x: Any) -> Any:
+    """Only plain data crosses to the worker (marshal takes no numpy floats, say)."""
+    if x is None or isinstance(x, str | bool | int | float):
+        return x
+    if isinstance(x, dict):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_plain(v) for v in x]
+    if hasattr(x, "item"):
+        return _plain(x.item())
+    return str(x)
 
 
 def _done(msg: dict[str, Any]) -> tuple[Status, str | None, str | None]:

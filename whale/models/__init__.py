@@ -62,14 +62,17 @@ def build_model(cfg: ModelConfig) -> ChatModel:
         model = EmbeddedLlama(name, n_ctx=cfg.n_ctx, threads=cfg.threads, timeout_s=cfg.timeout_s)
     elif name in CATALOG:
         if not is_installed(name):
-            raise ModelNotInstalled(f"model {name!r} is not installed: run `whale models install {name}`")
+            raise ModelNotInstalled(
+                f"model {name!r} is not installed: run `whale models install {name}`"
+            )
         model = EmbeddedLlama(model_path(name), alias=name, n_ctx=cfg.n_ctx, threads=cfg.threads,
                               timeout_s=cfg.timeout_s)  # fmt: skip
     else:
         raise UnknownModel(name)
     if cfg.cache:
         path = cfg.cache_path or str(
-            Path(os.environ.get("WHALE_CACHE") or Path.home() / ".cache" / "whale") / "responses.sqlite"
+            Path(os.environ.get("WHALE_CACHE") or Path.home() / ".cache" / "whale")
+            / "responses.sqlite"
         )
         model = CachedModel(model, path)
     return model

@@ -29,12 +29,16 @@ class CachedModel:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(str(self.path), check_same_thread=False, timeout=30)
         self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("CREATE TABLE IF NOT EXISTS completions (key TEXT PRIMARY KEY, value TEXT)")
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS completions (key TEXT PRIMARY KEY, value TEXT)"
+        )
         self._db.commit()
         self._lock = threading.Lock()
         self.hits = self.misses = 0
 
-    def chat(self, messages: list[Message], sampling: Sampling, timeout: float | None = None) -> Completion:
+    def chat(
+        self, messages: list[Message], sampling: Sampling, timeout: float | None = None
+    ) -> Completion:
         key = cache_key(self.inner.name, messages, sampling)
         with self._lock:
             row = self._db.execute("SELECT value FROM completions WHERE key = ?", (key,)).fetchone()

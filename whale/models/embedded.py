@@ -67,8 +67,9 @@ class EmbeddedLlama:
                 "--n_threads", str(self.threads), "--model_alias", self.alias,
             ]  # fmt: skip
             with open(log, "wb") as f:
-                self._proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT,
-                                              start_new_session=True)
+                self._proc = subprocess.Popen(
+                    cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True
+                )
             atexit.register(self.close)
             base = f"http://127.0.0.1:{port}/v1"
             deadline = time.monotonic() + self.ready_timeout_s
@@ -85,10 +86,14 @@ class EmbeddedLlama:
                     self.close()
                     raise ModelError(f"llama.cpp server not ready after {self.ready_timeout_s} s")
                 time.sleep(0.1)
-            self._client = OpenAICompatible(self.alias, base, api_key="none", timeout_s=self.timeout_s)
+            self._client = OpenAICompatible(
+                self.alias, base, api_key="none", timeout_s=self.timeout_s
+            )
             return self._client
 
-    def chat(self, messages: list[Message], sampling: Sampling, timeout: float | None = None) -> Completion:
+    def chat(
+        self, messages: list[Message], sampling: Sampling, timeout: float | None = None
+    ) -> Completion:
         return self.start().chat(messages, sampling, timeout)
 
     def close(self) -> None:

@@ -39,31 +39,34 @@ class OpenAICompatible:
         retries: int = 4,
         backoff_s: float = 0.5,
         timeout_s: float = 120.0,
-        max_connections: int = 64,
     ) -> None:
         self.model = model
         self.base_url = base_url.rstrip("/")
         self.name = f"openai:{self.base_url}:{model}"
         self.retries, self.backoff_s, self.timeout_s = retries, backoff_s, timeout_s
-        key = api_key or os.environ.get("WHALE_API_KEY") or os.environ.get("OPENAI_API_KEY") or "none"
-        import httpx
-
-        http = httpx.Client(
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
-            timeout=timeout_s,
+        key = (
+            api_key or os.environ.get("WHALE_API_KEY") or os.environ.get("OPENAI_API_KEY") or "none"
         )
-        self._client = openai.OpenAI(base_url=self.base_url, api_key=key, max_retries=0, http_client=http)
+        # The client's own pool (up to 1,000 connections, 100 kept alive) serves our
+        # concurrency; its retries are off.
+        self._client = openai.OpenAI(
+            base_url=self.base_url, api_key=key, max_retries=0, timeout=timeout_s
+        )
         self._rng = random.Random(0)
         self._lock = threading.Lock()
 
-    def chat(self, messages: list[Message], sampling: Sampling, timeout: float | None = None) -> Completion:
+    def chat(
+        self, messages: list[Message], sampling: Sampling, timeout: float | None = None
+    ) -> Completion:
         timeout = self.timeout_s if timeout is None else timeout
         deadline = time.monotonic() + timeout
         attempt = 0
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise ModelTimeout(f"{self.model} at {self.base_url}: no reply within {timeout:.1f} s")
+                raise ModelTimeout(
+                    f"{self.model} at {self.base_url}: no reply within {timeout:.1f} s"
+                )
             try:
                 return self._once(messages, sampling, left)
             except openai.APITimeoutError:
@@ -84,7 +87,9 @@ class OpenAICompatible:
                 err = ModelError(f"{self.base_url} answered {e.status_code}: {_message(e)}")
             except openai.APIStatusError as e:
                 text = _message(e)
-                if e.status_code in (400, 413, 422) and any(w in text.lower() for w in _CONTEXT_WORDS):
+                if e.status_code in (400, 413, 422) and any(
+                    w in text.lower() for w in _CONTEXT_WORDS
+                ):
                     raise ContextOverflow(f"{self.model}: prompt does not fit ({text})") from None
                 if e.status_code >= 500:
                     err = ModelError(f"{self.base_url} answered {e.status_code}: {text}")
@@ -95,7 +100,12 @@ class OpenAICompatible:
                 raise err
             with self._lock:
                 jitter = self._rng.uniform(0.5, 1.0)
-            time.sleep(min(self.backoff_s * 2 ** (attempt - 1) * jitter, max(0.0, deadline - time.monotonic())))
+            time.sleep(
+                min(
+                    self.backoff_s * 2 ** (attempt - 1) * jitter,
+                    max(0.0, deadline - time.monotonic()),
+                )
+            )
 
     def _once(self, messages: list[Message], sampling: Sampling, timeout: float) -> Completion:
         kwargs: dict[str, Any] = dict(

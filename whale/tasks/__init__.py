@@ -17,7 +17,9 @@ from whale.tasks.base import (
 )
 
 
-def load_task(task_id: str, size: int = 100, seed: int = 0, config: dict[str, Any] | None = None) -> Task:
+def load_task(
+    task_id: str, size: int = 100, seed: int = 0, config: dict[str, Any] | None = None
+) -> Task:
     """`rg:FAMILY` → a Reasoning Gym task. Raises UnknownTask naming the bad id."""
     kind, _, rest = task_id.partition(":")
     if kind == "rg" and rest:

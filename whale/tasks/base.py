@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 import re
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -32,8 +32,11 @@ class Grade:
 
 
 class Task(Protocol):
-    name: str
-    description: str
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
 
     def questions(self) -> list[Question]: ...
 
@@ -53,7 +56,7 @@ def normalize_prompt(text: str) -> str:
     return re.sub(r"\s+", " ", re.sub(r"[^\w\s]", " ", text)).strip()
 
 
-def check_disjoint(named: dict[str, Sequence[Question]]) -> None:
+def check_disjoint(named: Mapping[str, Sequence[Question]]) -> None:
     """Raise SplitOverlap naming the questions that two splits share by id or normalized text."""
     seen_id: dict[str, str] = {}
     seen_text: dict[str, tuple[str, str]] = {}
@@ -69,7 +72,9 @@ def check_disjoint(named: dict[str, Sequence[Question]]) -> None:
             seen_id.setdefault(q.id, split)
             seen_text.setdefault(norm, (split, q.id))
     if clashes:
-        shown = "; ".join(clashes[:10]) + (f"; and {len(clashes) - 10} more" if len(clashes) > 10 else "")
+        shown = "; ".join(clashes[:10]) + (
+            f"; and {len(clashes) - 10} more" if len(clashes) > 10 else ""
+        )
         raise SplitOverlap(f"splits overlap: {shown}")
 
 
@@ -86,7 +91,9 @@ def dedupe(questions: Iterable[Question]) -> list[Question]:
     return out
 
 
-def split(questions: Sequence[Question], sizes: dict[str, int], rng: random.Random) -> dict[str, list[Question]]:
+def split(
+    questions: Sequence[Question], sizes: dict[str, int], rng: random.Random
+) -> dict[str, list[Question]]:
     """Disjoint splits of the given sizes (by id and normalized text), drawn with `rng`."""
     pool = dedupe(questions)
     need = sum(sizes.values())

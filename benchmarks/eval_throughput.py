@@ -1,0 +1,54 @@
+"""Rollouts per second of `evaluate` against an OpenAI-compatible server on 127.0.0.1 that
+answers every request after a fixed 200 ms (its own process), at 1, 4 and 16 workers, as a
+ratio to the ideal
+(workers / 0.2 s). Every rollout is a real jailed run of the `single_call` seed harness.
+
+    python -m benchmarks.eval_throughput [--per-worker 6]
+Target (issue 3): >= 0.8 of ideal at 16 workers.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from tests.servers import serve_in_subprocess
+from whale.evaluate import evaluate
+from whale.harness import Runtime, load_harness
+from whale.models import OpenAICompatible
+from whale.tasks import load_task
+
+DELAY_S = 0.2
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--per-worker", type=int, default=6, help="rollouts per worker")
+    ap.add_argument("--workers", default="1,4,16")
+    ap.add_argument("--no-warm", dest="warm", action="store_false", help="no warm worker pool")
+    args = ap.parse_args()
+    source = load_harness("single_call")
+    server, base_url = serve_in_subprocess("Answer: 1", DELAY_S)
+    try:
+        model = OpenAICompatible("stub", base_url)
+        print(
+            f"{'workers':>8} {'rollouts':>9} {'wall s':>8} {'rollouts/s':>11} "
+            f"{'ideal/s':>8} {'ratio':>6}"
+        )
+        for w in (int(x) for x in args.workers.split(",")):
+            rt = Runtime(model=model, warm=2 * w if args.warm else 0)
+            task = load_task("rg:basic_arithmetic", size=w * args.per_worker, seed=w)
+            r = evaluate(rt, source, task, task.questions(), workers=w)
+            assert r.rho_run == 1.0, r.summary()
+            rate = r.n / r.wall_s
+            ideal = w / DELAY_S
+            rt.close()
+            print(
+                f"{w:>8} {r.n:>9} {r.wall_s:>8.2f} {rate:>11.1f} {ideal:>8.1f} {rate / ideal:>6.2f}"
+            )
+        model.close()
+    finally:
+        server.terminate()
+
+
+if __name__ == "__main__":
+    main()

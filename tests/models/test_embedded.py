@@ -1,0 +1,58 @@
+"""The embedded llama.cpp backend against a real server on a real GGUF (SmolLM2-135M)."""
+
+import subprocess
+
+import pytest
+
+from tests.conftest import require_model
+from whale.harness import Runtime, load_harness
+from whale.models import ContextOverflow, EmbeddedLlama, ModelConfig, Sampling, build_model
+
+pytestmark = pytest.mark.model
+
+
+@pytest.fixture(scope="module")
+def smol():
+    m = EmbeddedLlama(require_model("smollm2-135m"), alias="smollm2-135m", n_ctx=512)
+    yield m
+    m.close()
+
+
+def test_server_does_not_start_until_the_first_call():
+    m = EmbeddedLlama(require_model("smollm2-135m"))
+    assert not m.started
+    m.close()
+
+
+def test_chat_returns_text_and_finish_reason(smol):
+    c = smol.chat([{"role": "user", "content": "Say hello."}], Sampling(max_tokens=8))
+    assert c.text and c.finish_reason in ("stop", "length") and c.usage["completion_tokens"] > 0
+
+
+def test_max_tokens_gives_length_finish(smol):
+    c = smol.chat([{"role": "user", "content": "Count from 1 to 100."}], Sampling(max_tokens=3))
+    assert c.finish_reason == "length" and c.usage["completion_tokens"] == 3
+
+
+def test_context_overflow_is_reported(smol):
+    with pytest.raises(ContextOverflow):
+        smol.chat([{"role": "user", "content": "word " * 2000}], Sampling(max_tokens=8))
+
+
+def test_close_stops_the_server():
+    m = EmbeddedLlama(require_model("smollm2-135m"), n_ctx=256)
+    m.chat([{"role": "user", "content": "hi"}], Sampling(max_tokens=2))
+    pid = m._proc.pid
+    m.close()
+    ps = subprocess.run(["ps", "-p", str(pid)], capture_output=True, text=True)
+    assert str(pid) not in ps.stdout
+
+
+def test_a_harness_calls_the_real_model_through_the_broker(tmp_path):
+    cfg = ModelConfig(name="smollm2-135m", n_ctx=512, cache_path=str(tmp_path / "c.sqlite"))
+    model = build_model(cfg)
+    try:
+        t = Runtime(model=model).run(load_harness("single_call"), "What is 2 + 2?")
+    finally:
+        model.close()
+    assert t.status == "ok" and t.model_calls()[0].usage["completion_tokens"] > 0

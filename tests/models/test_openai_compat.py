@@ -1,0 +1,89 @@
+"""The OpenAI-compatible backend against a local HTTP server the test starts."""
+
+import time
+
+import pytest
+
+from tests.servers import StubServer
+from whale.models import (
+    ContextOverflow,
+    ModelError,
+    ModelNotFound,
+    ModelTimeout,
+    ModelUnreachable,
+    OpenAICompatible,
+    Sampling,
+)
+from whale.models.embedded import free_port
+
+MSG = [{"role": "user", "content": "hi"}]
+
+
+def client(server, **kw):
+    return OpenAICompatible("stub", server.base_url, backoff_s=0.01, **kw)
+
+
+def test_returns_text_finish_reason_and_usage():
+    with StubServer([("ok", "hello there")]) as s:
+        c = client(s).chat(MSG, Sampling(max_tokens=7, temperature=0.3, seed=5))
+    assert c.text == "hello there" and c.finish_reason == "stop" and c.usage["total_tokens"] == 5
+    sent = s.requests[0]
+    assert sent["max_tokens"] == 7 and sent["temperature"] == 0.3 and sent["seed"] == 5
+
+
+def test_retries_500_then_succeeds():
+    with StubServer([("status", 500, "boom"), ("status", 503, "busy"), ("ok", "fine")]) as s:
+        c = client(s).chat(MSG, Sampling())
+    assert c.text == "fine" and len(s.requests) == 3
+
+
+def test_retries_429():
+    with StubServer([("status", 429, "slow down"), ("ok", "fine")]) as s:
+        assert client(s).chat(MSG, Sampling()).text == "fine"
+
+
+def test_gives_up_after_the_retry_limit():
+    with StubServer([("status", 500, "always broken")]) as s:
+        with pytest.raises(ModelError, match="500: always broken"):
+            client(s, retries=2).chat(MSG, Sampling())
+    assert len(s.requests) == 3
+
+
+def test_server_down_names_the_url():
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    with pytest.raises(ModelUnreachable, match=f"cannot reach the model server at {url}"):
+        OpenAICompatible("m", url, retries=1, backoff_s=0.01).chat(MSG, Sampling())
+
+
+def test_dropped_connection_is_retried():
+    with StubServer([("close",), ("ok", "back")]) as s:
+        assert client(s).chat(MSG, Sampling()).text == "back"
+
+
+def test_missing_model_names_the_model():
+    with StubServer([("status", 404, "The model `nope` does not exist")]) as s:
+        with pytest.raises(ModelNotFound, match="'stub' not found"):
+            client(s).chat(MSG, Sampling())
+    assert len(s.requests) == 1
+
+
+def test_context_overflow_is_its_own_error():
+    msg = "Requested tokens (5000) exceed context window of 4096"
+    with StubServer([("status", 400, msg)]) as s:
+        with pytest.raises(ContextOverflow, match="exceed context window"):
+            client(s).chat(MSG, Sampling())
+
+
+def test_other_400_is_not_retried():
+    with StubServer([("status", 400, "bad temperature")]) as s:
+        with pytest.raises(ModelError, match="400: bad temperature"):
+            client(s).chat(MSG, Sampling())
+    assert len(s.requests) == 1
+
+
+def test_timeout_is_enforced():
+    with StubServer([("sleep", 3.0, "late")]) as s:
+        t0 = time.monotonic()
+        with pytest.raises(ModelTimeout):
+            client(s).chat(MSG, Sampling(), timeout=0.5)
+        assert time.monotonic() - t0 < 2.0

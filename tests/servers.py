@@ -1,0 +1,111 @@
+"""A scriptable OpenAI-compatible HTTP server on 127.0.0.1, for tests and benchmarks.
+
+Each request takes the next behaviour from `script` (the last one repeats): ("ok", text),
+("status", code, message), ("sleep", seconds, text), ("close",) which drops the connection.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+class StubServer:
+    def __init__(self, script: list[tuple[Any, ...]] | None = None, delay_s: float = 0.0) -> None:
+        self.script = script or [("ok", "hello")]
+        self.delay_s = delay_s
+        self.requests: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def setup(self) -> None:
+                super().setup()
+                # Without this, headers and body leave in two packets and Nagle + delayed ACK
+                # add ~40 ms to every reply.
+                self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+            def do_GET(self) -> None:
+                self._send(200, {"object": "list", "data": [{"id": "stub", "object": "model"}]})
+
+            def do_POST(self) -> None:
+                body = json.loads(
+                    self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}"
+                )
+                with outer._lock:
+                    outer.requests.append(body)
+                    step = outer.script[min(len(outer.requests) - 1, len(outer.script) - 1)]
+                if outer.delay_s:
+                    time.sleep(outer.delay_s)
+                kind = step[0]
+                if kind == "close":
+                    self.close_connection = True
+                    self.connection.shutdown(2)
+                    return
+                if kind == "status":
+                    self._send(step[1], {"error": {"message": step[2], "type": "error"}})
+                    return
+                if kind == "sleep":
+                    time.sleep(step[1])
+                text = step[-1]
+                self._send(200, {
+                    "id": "x", "object": "chat.completion", "created": 0,
+                    "model": body.get("model"),
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                                 "message": {"role": "assistant", "content": text}}],
+                    "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+                })  # fmt: skip
+
+            def _send(self, code: int, obj: dict[str, Any]) -> None:
+                data = json.dumps(obj).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.httpd.request_queue_size = 128
+        self.port = self.httpd.server_address[1]
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self) -> StubServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def serve_in_subprocess(text: str, delay_s: float) -> tuple[Any, str]:
+    """Start a StubServer in its own process (no GIL shared with the caller); returns
+    (Popen, base_url). The caller terminates the Popen."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.servers", text, str(delay_s)],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    return proc, proc.stdout.readline().strip()
+
+
+if __name__ == "__main__":
+    import sys
+
+    with StubServer([("ok", sys.argv[1])], delay_s=float(sys.argv[2])) as srv:
+        print(srv.base_url, flush=True)
+        threading.Event().wait()

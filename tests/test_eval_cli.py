@@ -1,0 +1,98 @@
+"""`whale eval` end to end against a local OpenAI-compatible server, and its exit codes."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from tests.conftest import require_model
+from tests.servers import StubServer
+from whale.cli import app
+from whale.evaluate import evaluate, read_jsonl
+from whale.harness import Runtime
+from whale.models import ModelConfig, build_model
+from whale.tasks import load_task
+
+runner = CliRunner()
+
+
+def whale(*args):
+    return runner.invoke(app, list(args), catch_exceptions=False)
+
+
+def test_eval_writes_outcomes_and_prints_json(tmp_path):
+    with StubServer([("ok", "Answer: -4")]) as s:
+        r = whale("eval", "--task", "rg:basic_arithmetic", "--harness", "single_call",
+                  "--model", f"stub@{s.base_url}", "-n", "5", "--out", str(tmp_path / "run"),
+                  "--no-cache", "--json")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.output.strip().splitlines()[-1])
+    assert summary["rollouts"] == 5 and summary["status"] == {"ok": 5}
+    rows = read_jsonl(tmp_path / "run" / "outcomes.jsonl")
+    assert len(rows) == 5
+    assert set(rows[0]) >= {"question_id", "answer", "score", "correct", "status", "error"}
+    assert all(r["answer"] == "-4" for r in rows)
+    assert len(read_jsonl(tmp_path / "run" / "trajectories.jsonl")) == 5
+    assert (tmp_path / "run" / "config.toml").read_text().count("basic_arithmetic") == 1
+
+
+def test_eval_table_output(tmp_path):
+    with StubServer([("ok", "Answer: 1")]) as s:
+        r = whale("eval", "--model", f"stub@{s.base_url}", "-n", "2", "--out", str(tmp_path / "r"),
+                  "--no-cache")  # fmt: skip
+    assert r.exit_code == 0 and "accuracy" in r.output and "truncation rate" in r.output
+
+
+def test_config_file_and_dotted_overrides(tmp_path):
+    (tmp_path / "c.toml").write_text('n = 3\n[task]\nid = "rg:maze"\n')
+    with StubServer([("ok", "Answer: 1")]) as s:
+        r = whale("eval", "--config", str(tmp_path / "c.toml"), "--model", f"stub@{s.base_url}",
+                  "--set", "runtime.budget.model_calls=0", "--out", str(tmp_path / "r"), "--json",
+                  "--no-cache")  # fmt: skip
+    summary = json.loads(r.output.strip().splitlines()[-1])
+    assert summary["task"] == "rg:maze" and summary["status"] == {"budget_exceeded": 3}
+
+
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (["--task", "nope:x"], "nope:x"),
+        (["--task", "rg:not_a_family"], "not_a_family"),
+        (["--model", "gpt-17"], "gpt-17"),
+        (["--harness", "/no/such/harness.py"], "/no/such/harness.py"),
+        (["--set", "runtime.budget.bogus=1"], "bogus"),
+    ],
+)
+def test_bad_arguments_exit_2_naming_the_value(tmp_path, args, named):
+    r = runner.invoke(app, ["eval", "--out", str(tmp_path / "r"), *args])
+    assert r.exit_code == 2 and named in r.output
+
+
+def test_unsafe_sandbox_in_config_needs_the_flag(tmp_path):
+    r = runner.invoke(
+        app, ["eval", "--set", "runtime.sandbox=unsafe", "--out", str(tmp_path / "r")]
+    )
+    assert r.exit_code == 2 and "--unsafe-no-sandbox" in r.output
+
+
+def test_a_harness_that_never_calls_the_model_never_starts_a_server(tmp_path):
+    require_model("smollm2-135m")
+    model = build_model(ModelConfig(name="smollm2-135m", cache=False))
+    task = load_task("rg:basic_arithmetic", size=3)
+    result = evaluate(
+        Runtime(model=model), "def run(q, env):\n    return '0'\n", task, task.questions()
+    )
+    assert result.rho_run == 1.0 and not model.started
+
+
+@pytest.mark.model
+def test_eval_on_the_embedded_default_model(tmp_path):
+    require_model("qwen-coder-0.5b")
+    r = whale("eval", "--task", "rg:basic_arithmetic", "--model", "qwen-coder-0.5b", "-n", "3",
+              "--out", str(tmp_path / "r"), "--set", f"model.cache_path='{tmp_path / 'c.sqlite'}'",
+              "--json")  # fmt: skip
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.output.strip().splitlines()[-1])
+    assert summary["status"] == {"ok": 3} and summary["model_calls"] == 3
+    trajs = read_jsonl(tmp_path / "r" / "trajectories.jsonl")
+    assert all(t["events"][0]["usage"]["completion_tokens"] > 0 for t in trajs)

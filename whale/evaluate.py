@@ -1,0 +1,158 @@
+"""Run a harness over questions concurrently, grade in the parent, aggregate.
+
+`evaluate()` never raises for a per-question failure: a bad run is an `Outcome` with a status
+and an error naming its boundary. Grading happens here, in the parent, after the run; the
+harness never sees the reference or the grader. `EvalResult.score` is J(h; Q), the mean raw
+score; `rho_run` is the fraction of runs that finished (status ok).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from whale.harness import Runtime, Trajectory
+from whale.harness.broker import Retriever
+from whale.tasks import Question, Task
+
+
+@dataclass
+class Outcome:
+    question_id: str
+    answer: str | None
+    score: float
+    correct: bool
+    status: str
+    error: str | None = None
+    format_ok: bool = False
+    truncated: bool = False
+    model_calls: int = 0
+    tokens: int = 0
+    wall_s: float = 0.0
+    feedback: str = ""
+
+
+@dataclass
+class EvalResult:
+    outcomes: list[Outcome]
+    trajectories: list[Trajectory] = field(repr=False)
+    wall_s: float = 0.0
+
+    @property
+    def n(self) -> int:
+        return len(self.outcomes)
+
+    @property
+    def score(self) -> float:
+        return sum(o.score for o in self.outcomes) / self.n if self.n else 0.0
+
+    @property
+    def accuracy(self) -> float:
+        return sum(o.correct for o in self.outcomes) / self.n if self.n else 0.0
+
+    @property
+    def rho_run(self) -> float:
+        return sum(o.status == "ok" for o in self.outcomes) / self.n if self.n else 0.0
+
+    def summary(self) -> dict[str, Any]:
+        n = max(self.n, 1)
+        return {
+            "n": self.n,
+            "accuracy": self.accuracy,
+            "score": self.score,
+            "rho_run": self.rho_run,
+            "format_failures": sum(not o.format_ok for o in self.outcomes),
+            "truncation_rate": sum(o.truncated for o in self.outcomes) / n,
+            "status": dict(Counter(o.status for o in self.outcomes)),
+            "rollouts": self.n,
+            "model_calls": sum(o.model_calls for o in self.outcomes),
+            "tokens": sum(o.tokens for o in self.outcomes),
+            "wall_s": round(self.wall_s, 3),
+        }
+
+
+def outcome_of(task: Task, q: Question, t: Trajectory) -> Outcome:
+    calls = t.model_calls()
+    truncated = any(c.finish_reason == "length" for c in calls)
+    if t.status == "ok" and t.answer is not None:
+        g = task.grade(q, t.answer)
+        check = getattr(task, "format_ok", None)
+        fmt = bool(check(q, t.answer)) if check is not None else bool(t.answer.strip())
+        score, correct, feedback = g.score, g.correct, g.feedback
+    else:
+        score, correct, fmt, feedback = 0.0, False, False, f"not graded: run status {t.status}"
+    return Outcome(
+        question_id=q.id, answer=t.answer, score=score, correct=correct, status=t.status,
+        error=t.error, format_ok=fmt, truncated=truncated, model_calls=len(calls),
+        tokens=t.tokens(), wall_s=round(t.wall_s, 4), feedback=feedback,
+    )  # fmt: skip
+
+
+def evaluate(
+    runtime: Runtime,
+    source: str,
+    task: Task,
+    questions: Sequence[Question],
+    workers: int = 4,
+    retriever: Retriever | None = None,
+    on_done: Callable[[Outcome, Trajectory], None] | None = None,
+) -> EvalResult:
+    """Run `source` on each question, `workers` at a time; `on_done` is called as each ends
+    (from the calling thread, in completion order) so that callers can persist as they go."""
+    t0 = time.monotonic()
+    results: dict[int, tuple[Outcome, Trajectory]] = {}
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        futures = {
+            pool.submit(runtime.run, source, q.prompt, q.id, retriever): i
+            for i, q in enumerate(questions)
+        }
+        from concurrent.futures import as_completed
+
+        for fut in as_completed(futures):
+            i = futures[fut]
+            traj = fut.result()  # Runtime.run never raises for a harness failure
+            out = outcome_of(task, questions[i], traj)
+            results[i] = (out, traj)
+            if on_done is not None:
+                on_done(out, traj)
+    ordered = [results[i] for i in range(len(questions))]
+    return EvalResult([o for o, _ in ordered], [t for _, t in ordered], time.monotonic() - t0)
+
+
+class JsonlWriter:
+    """Append-only JSONL, flushed per record, so a killed run keeps what it paid for."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._f = open(path, "a", encoding="utf-8")
+
+    def write(self, record: dict[str, Any]) -> None:
+        self._f.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self._f.flush()
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Read records, skipping a torn last line from a killed writer."""
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+def outcome_record(o: Outcome) -> dict[str, Any]:
+    return asdict(o)
