@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +14,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from whale import config as cfgmod
-from whale.harness import RuntimeConfig, Trajectory, load_harness, make_runtime, seed_names
-from whale.models import CATALOG, ModelConfig, ModelError, UnknownModel, build_model, close_model
-from whale.tasks import UnknownTask, load_task, task_ids
+from whale.evaluate import EvalConfig
+from whale.harness import Trajectory, load_harness, make_runtime, seed_names
+from whale.models import CATALOG, ModelError, UnknownModel, build_model, close_model
+from whale.revise.loop import summary_markdown
+from whale.revise.run import AdaptConfig, adapt_json, run_adapt, split_pools
+from whale.tasks import SplitOverlap, UnknownTask, load_task, task_ids
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 models_app = typer.Typer(no_args_is_help=True, help="Install and list the demo models.")
@@ -26,35 +28,12 @@ err = Console(stderr=True)
 out = Console()
 
 
-class BadArgument(Exception):
-    pass
-
-
 def fail(message: str) -> None:
     err.print(f"[red]error:[/red] {message}")
     raise typer.Exit(2)
 
 
 # --- config -------------------------------------------------------------------------------
-
-
-@dataclass
-class TaskConfig:
-    id: str = "rg:basic_arithmetic"
-    size: int | None = None  # pool size; default: just enough for the command
-    seed: int = 0
-    config: dict[str, Any] = field(default_factory=dict)  # the family's own overrides
-
-
-@dataclass
-class EvalConfig:
-    task: TaskConfig = field(default_factory=TaskConfig)
-    harness: str = "single_call"
-    model: ModelConfig = field(default_factory=ModelConfig)
-    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
-    n: int = 20
-    workers: int = 4
-    out: str | None = None
 
 
 def load_config(cls: type, config: Path | None, overrides: list[str], flags: dict[str, Any]) -> Any:
@@ -90,9 +69,13 @@ def new_run_dir(out_dir: str | None, kind: str, label: str) -> Path:
 
 def progress() -> Progress:
     return Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=err, transient=False,
-    )  # fmt: skip
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=False,
+    )
 
 
 def resolve(cfg: EvalConfig, unsafe: bool) -> tuple[Any, str, Any]:
@@ -147,9 +130,17 @@ def eval_cmd(
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """Evaluate a harness with a model on a task; print per-question outcomes and a summary."""
-    flags = {"task.id": task, "harness": harness, "model.name": model, "model.base_url": base_url,
-             "n": n, "workers": workers, "task.seed": seed, "out": out_dir,
-             "model.cache": False if no_cache else None}  # fmt: skip
+    flags = {
+        "task.id": task,
+        "harness": harness,
+        "model.name": model,
+        "model.base_url": base_url,
+        "n": n,
+        "workers": workers,
+        "task.seed": seed,
+        "out": out_dir,
+        "model.cache": False if no_cache else None,
+    }
     cfg: EvalConfig = load_config(EvalConfig, config, set_, flags)
     if cfg.n < 1 or cfg.workers < 1:
         fail(f"-n and --workers must be positive (got n={cfg.n}, workers={cfg.workers})")
@@ -182,8 +173,13 @@ def eval_cmd(
         traj_f.close()
         runtime.close()
         close_model(backend)
-    summary = {**result.summary(), "task": cfg.task.id, "harness": cfg.harness,
-               "model": cfg.model.name, "run_dir": str(run_dir)}  # fmt: skip
+    summary = {
+        **result.summary(),
+        "task": cfg.task.id,
+        "harness": cfg.harness,
+        "model": cfg.model.name,
+        "run_dir": str(run_dir),
+    }
     (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
     if as_json:
         print(json.dumps(summary))
@@ -232,9 +228,16 @@ def models_list(as_json: bool = typer.Option(False, "--json")) -> None:
     """The demo models, whether each is installed, and where."""
     from whale.models.catalog import is_installed, model_path
 
-    rows = [{"name": m.name, "installed": is_installed(m.name), "size_mb": m.size_mb,
-             "path": str(model_path(m.name)), "description": m.description}
-            for m in CATALOG.values()]  # fmt: skip
+    rows = [
+        {
+            "name": m.name,
+            "installed": is_installed(m.name),
+            "size_mb": m.size_mb,
+            "path": str(model_path(m.name)),
+            "description": m.description,
+        }
+        for m in CATALOG.values()
+    ]
     if as_json:
         print(json.dumps(rows))
         return
@@ -242,8 +245,13 @@ def models_list(as_json: bool = typer.Option(False, "--json")) -> None:
     for col in ("name", "installed", "size MB", "description", "path"):
         t.add_column(col)
     for r in rows:
-        t.add_row(str(r["name"]), "yes" if r["installed"] else "no", str(r["size_mb"]),
-                  str(r["description"]), str(r["path"]))  # fmt: skip
+        t.add_row(
+            str(r["name"]),
+            "yes" if r["installed"] else "no",
+            str(r["size_mb"]),
+            str(r["description"]),
+            str(r["path"]),
+        )
     out.print(t)
 
 
@@ -286,3 +294,86 @@ def tasks_cmd(
 
 def main() -> None:  # pragma: no cover
     sys.exit(app())
+
+
+@app.command("adapt")
+def adapt_cmd(
+    task: str = typer.Option(None, "--task", help="task id, e.g. rg:maze"),
+    harness: str = typer.Option(None, "--harness", help="seed harness name or path"),
+    solver: str = typer.Option(None, "--solver", help="solver model (catalog, .gguf, NAME@URL)"),
+    proposer: str = typer.Option(
+        None, "--proposer", help="proposer model (catalog, .gguf, NAME@URL)"
+    ),
+    rounds: int = typer.Option(None, "--rounds"),
+    g: int = typer.Option(None, "--g", help="proposals per round"),
+    select_rule: str = typer.Option(None, "--select", help="ratchet | best-of-g"),
+    dev: int = typer.Option(None, "--dev", help="dev questions (feedback and scoring)"),
+    n_eval: int = typer.Option(None, "--eval", help="held-out questions, read once at the end"),
+    feedback: int = typer.Option(None, "--feedback", help="feedback questions per round"),
+    workers: int = typer.Option(None, "--workers"),
+    seed: int = typer.Option(None, "--seed"),
+    out_dir: str = typer.Option(None, "--out", help="run directory (default runs/adapt-...)"),
+    resume: Path = typer.Option(None, "--resume", help="continue the run in this directory"),
+    config: Path = typer.Option(None, "--config", help="TOML config file"),
+    set_: list[str] = typer.Option(
+        [], "--set", help="dotted override, e.g. report.char_budget=4000"
+    ),
+    unsafe: bool = typer.Option(
+        False, "--unsafe-no-sandbox", help="run harnesses WITHOUT isolation"
+    ),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON summary"),
+) -> None:
+    """Improve a harness from its own execution: report, propose, apply, score, select; T rounds;
+    then score the seed and the final harness once on the held-out questions."""
+    if resume is not None:
+        if not (resume / "config.toml").exists():
+            fail(f"--resume {resume}: no config.toml there")
+        cfg: AdaptConfig = load_config(AdaptConfig, resume / "config.toml", set_, {})
+        run_dir = resume
+    else:
+        flags = {
+            "task.id": task,
+            "harness": harness,
+            "solver.name": solver,
+            "proposer.name": proposer,
+            "rounds": rounds,
+            "g": g,
+            "select": select_rule,
+            "dev": dev,
+            "eval": n_eval,
+            "feedback": feedback,
+            "workers": workers,
+            "seed": seed,
+            "out": out_dir,
+        }
+        cfg = load_config(AdaptConfig, config, set_, flags)
+        run_dir = None  # type: ignore[assignment]
+    if cfg.select not in ("ratchet", "best-of-g"):
+        fail(f"--select {cfg.select!r}: use ratchet or best-of-g")
+    if min(cfg.rounds, cfg.g, cfg.dev, cfg.eval, cfg.feedback, cfg.workers) < 1:
+        fail("--rounds, --g, --dev, --eval, --feedback and --workers must be positive")
+    ecfg = EvalConfig(
+        task=cfg.task,
+        harness=cfg.harness,
+        model=cfg.solver,
+        runtime=cfg.runtime,
+        n=cfg.dev + cfg.eval,
+    )
+    task_obj, source, solver_model = resolve(ecfg, unsafe)
+    try:
+        proposer_model = build_model(cfg.proposer)
+    except (UnknownModel, ModelError) as e:
+        fail(f"proposer: {e}")
+    try:
+        split_pools(task_obj, cfg)  # refuse overlapping or too-small splits before any cost
+    except (SplitOverlap, ValueError) as e:
+        fail(str(e))
+    if run_dir is None:
+        run_dir = new_run_dir(cfg.out, "adapt", f"{cfg.task.id}-{Path(cfg.harness).stem}")
+        cfgmod.save(cfg, run_dir / "config.toml")
+    say = lambda s: err.print(f"[cyan]{s}[/cyan]")  # noqa: E731
+    result, meta = run_adapt(cfg, run_dir, task_obj, source, solver_model, proposer_model, say)
+    if as_json:
+        print(json.dumps(adapt_json(result, meta)))
+    else:
+        out.print(summary_markdown(result, meta))

@@ -17,9 +17,23 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from whale.harness import Runtime, Trajectory
+from whale.harness import Runtime, RuntimeConfig, Trajectory
 from whale.harness.broker import Retriever
-from whale.tasks import Question, Task
+from whale.models import ModelConfig
+from whale.tasks import Question, Task, TaskConfig
+
+
+@dataclass
+class EvalConfig:
+    """Config of `whale eval`."""
+
+    task: TaskConfig = field(default_factory=TaskConfig)
+    harness: str = "single_call"
+    model: ModelConfig = field(default_factory=ModelConfig)
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    n: int = 20
+    workers: int = 4
+    out: str | None = None
 
 
 @dataclass
@@ -131,7 +145,10 @@ class JsonlWriter:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        torn = path.exists() and path.stat().st_size > 0 and not path.read_bytes().endswith(b"\n")
         self._f = open(path, "a", encoding="utf-8")
+        if torn:  # a killed writer left half a line: end it so the next record stands alone
+            self._f.write("\n")
 
     def write(self, record: dict[str, Any]) -> None:
         self._f.write(json.dumps(record, ensure_ascii=False) + "\n")

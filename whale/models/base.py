@@ -21,15 +21,20 @@ class Sampling:
     top_p: float = 1.0
     stop: tuple[str, ...] = ()
     seed: int | None = 0
+    # A GBNF grammar the reply must follow (llama.cpp servers; others may refuse it).
+    grammar: str | None = None
 
     def key(self) -> dict[str, Any]:
-        return {
+        key: dict[str, Any] = {
             "max_tokens": self.max_tokens,
             "temperature": self.temperature,
             "top_p": self.top_p,
             "stop": list(self.stop),
             "seed": self.seed,
         }
+        if self.grammar is not None:
+            key["grammar"] = self.grammar
+        return key
 
 
 @dataclass

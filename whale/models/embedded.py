@@ -46,6 +46,7 @@ class EmbeddedLlama:
         self._proc: subprocess.Popen[bytes] | None = None
         self._client: OpenAICompatible | None = None
         self._lock = threading.Lock()
+        self._serial = threading.Lock()
         self.log_path: Path | None = None
 
     @property
@@ -94,7 +95,11 @@ class EmbeddedLlama:
     def chat(
         self, messages: list[Message], sampling: Sampling, timeout: float | None = None
     ) -> Completion:
-        return self.start().chat(messages, sampling, timeout)
+        # llama_cpp.server decodes one request at a time. Queue here, so that a call's timeout
+        # counts its own decoding and not the wait behind other calls.
+        client = self.start()
+        with self._serial:
+            return client.chat(messages, sampling, timeout)
 
     def close(self) -> None:
         proc, self._proc = self._proc, None

@@ -120,6 +120,8 @@ class OpenAICompatible:
             kwargs["stop"] = list(sampling.stop)
         if sampling.seed is not None:
             kwargs["seed"] = sampling.seed
+        if sampling.grammar is not None:
+            kwargs["extra_body"] = {"grammar": sampling.grammar}
         r = self._client.chat.completions.create(**kwargs)
         if not r.choices:
             raise ModelError(f"{self.base_url} returned no choices")

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from whale.tasks.base import (
+    EvalAlreadyRead,
     Grade,
     Question,
+    SealedSplit,
     SplitOverlap,
     Task,
     UnknownTask,
@@ -15,6 +18,16 @@ from whale.tasks.base import (
     normalize_prompt,
     split,
 )
+
+
+@dataclass
+class TaskConfig:
+    """The task part of every command's config."""
+
+    id: str = "rg:basic_arithmetic"
+    size: int | None = None  # pool size; default: just enough for the command
+    seed: int = 0
+    config: dict[str, Any] = field(default_factory=dict)  # the family's own overrides
 
 
 def load_task(
@@ -35,6 +48,18 @@ def task_ids() -> list[tuple[str, str]]:
 
 
 __all__ = [
-    "Grade", "Question", "SplitOverlap", "Task", "UnknownTask", "check_disjoint", "dedupe",
-    "load_task", "normalize_prompt", "split", "task_ids",
-]  # fmt: skip
+    "EvalAlreadyRead",
+    "Grade",
+    "Question",
+    "SealedSplit",
+    "SplitOverlap",
+    "TaskConfig",
+    "Task",
+    "UnknownTask",
+    "check_disjoint",
+    "dedupe",
+    "load_task",
+    "normalize_prompt",
+    "split",
+    "task_ids",
+]

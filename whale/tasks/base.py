@@ -6,11 +6,14 @@ in the parent process: a harness only ever receives `Question.prompt`.
 
 from __future__ import annotations
 
+import json
 import random
 import re
+import time
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 
@@ -98,7 +101,10 @@ def split(
     pool = dedupe(questions)
     need = sum(sizes.values())
     if need > len(pool):
-        raise ValueError(f"asked for {need} distinct questions, the pool has {len(pool)}")
+        raise ValueError(
+            f"asked for {need} distinct questions, the pool has {len(pool)} "
+            "(a larger pool: --set task.size=N)"
+        )
     order = list(pool)
     rng.shuffle(order)
     out, i = {}, 0
@@ -107,3 +113,44 @@ def split(
         i += n
     check_disjoint(out)
     return out
+
+
+class EvalAlreadyRead(RuntimeError):
+    pass
+
+
+class SealedSplit:
+    """The held-out split: its questions come out once, for a stated purpose and a stated set of
+    harnesses, and the read is recorded in `record` (a JSON file in the run directory). A
+    second read is refused, except to finish the same read after a crash (same harnesses)."""
+
+    def __init__(self, questions: Sequence[Question], record: Path) -> None:
+        self._questions = list(questions)
+        self.record = record
+
+    def __len__(self) -> int:
+        return len(self._questions)
+
+    def open(self, purpose: str, harness_hashes: Sequence[str]) -> list[Question]:
+        hashes = sorted(harness_hashes)
+        if self.record.exists():
+            prior = json.loads(self.record.read_text())
+            if prior.get("harnesses") != hashes:
+                raise EvalAlreadyRead(
+                    f"the eval split was already read at {prior.get('at')} for "
+                    f"{prior.get('purpose')!r} (harnesses {prior.get('harnesses')}); "
+                    "it is read once"
+                )
+            prior["resumed"] = prior.get("resumed", 0) + 1
+            self.record.write_text(json.dumps(prior, indent=2))
+            return list(self._questions)
+        self.record.parent.mkdir(parents=True, exist_ok=True)
+        entry = {
+            "purpose": purpose,
+            "harnesses": hashes,
+            "n": len(self._questions),
+            "at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+            "question_ids": [q.id for q in self._questions],
+        }
+        self.record.write_text(json.dumps(entry, indent=2))
+        return list(self._questions)

@@ -73,6 +73,11 @@ class ReasoningGymTask:
             )
         return out
 
+    def expected(self, question: Question) -> str | None:
+        """The reference answer as text, for reports that may show it (feedback questions)."""
+        ref = question.reference.get("answer")
+        return None if ref is None else str(ref)
+
     def format_ok(self, question: Question, answer: str) -> bool:
         """A bare answer of the reference's shape: a number where the reference is a number,
         one line where it is one line. Prose around the answer is a format failure."""

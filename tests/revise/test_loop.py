@@ -1,0 +1,106 @@
+"""The revision loop with fake models: Select rules, the reward, the sealed eval split."""
+
+import json
+
+import pytest
+
+from tests.fakes import ScriptedModel
+from tests.revise.conftest import BAD_EDIT, GOOD_EDIT, SEED, prose_solver
+from whale.evaluate import Outcome
+from whale.harness import Runtime
+from whale.revise.loop import LoopSettings, adapt
+from whale.revise.proposer import Proposer
+from whale.revise.select import Candidate, reward, select
+from whale.revise.store import OutcomeStore
+from whale.tasks import EvalAlreadyRead, SealedSplit
+
+
+def run_loop(task, tmp_path, proposals, rule="ratchet", rounds=2, g=1, solver=None):
+    qs = task.questions()
+    dev, held = qs[:10], qs[10:20]
+    store = OutcomeStore(tmp_path)
+    rt = Runtime(model=solver or prose_solver())
+    try:
+        return adapt(
+            task, SEED, dev, dev, SealedSplit(held, tmp_path / "eval_read.json"), rt,
+            Proposer(ScriptedModel(proposals)), store,
+            LoopSettings(rounds=rounds, g=g, select=rule, feedback=4, workers=4),
+        )  # fmt: skip
+    finally:
+        store.close()
+
+
+def test_a_good_edit_is_kept_and_improves_held_out(task, tmp_path):
+    r = run_loop(task, tmp_path, [GOOD_EDIT])
+    assert r.seed_eval.accuracy == 0.0 and r.final_eval.accuracy == 1.0
+    assert r.rounds[0].decision.chosen == 0 and r.format_compliance == 0.5  # round 2 is a no-op
+
+
+def test_ratchet_never_lowers_the_kept_dev_score(task, tmp_path):
+    r = run_loop(task, tmp_path, [GOOD_EDIT, BAD_EDIT], rounds=3)
+    kept = [x.decision.kept_score for x in r.rounds]
+    assert kept == sorted(kept) and kept[-1] == 1.0
+
+
+def test_best_of_g_may_go_below_the_parent(task, tmp_path):
+    r = run_loop(task, tmp_path, [GOOD_EDIT, BAD_EDIT], rule="best-of-g", rounds=2)
+    assert r.rounds[0].decision.kept_score == 1.0
+    assert r.rounds[1].decision.kept_score == 0.0 and r.rounds[1].decision.chosen == 0
+
+
+def test_identical_candidates_are_scored_once(task, tmp_path):
+    run_loop(task, tmp_path, [GOOD_EDIT], g=4, rounds=1)
+    rows = [json.loads(x) for x in (tmp_path / "outcomes.jsonl").read_text().splitlines()]
+    keys = [(r["harness"], r["question_id"]) for r in rows]
+    assert len(keys) == len(set(keys))
+
+
+def test_invalid_candidates_are_kept_with_their_reason(task, tmp_path):
+    r = run_loop(task, tmp_path, ["no edit here"], rounds=1)
+    (c,) = r.rounds[0].candidates
+    assert not c.valid and "no SEARCH/REPLACE" in c.reason and c.score is None
+    saved = json.loads((tmp_path / "round_01" / "candidates.json").read_text())
+    assert saved[0]["reason"] == c.reason
+
+
+def test_reward_worked_example_from_the_paper():
+    # parses, runnable, ρ_run = 0.9, completed trials score 0.5: J = 0.45, v = 0.285
+    outcomes = [Outcome(f"q{i}", "x", 0.5, False, "ok") for i in range(9)]
+    outcomes.append(Outcome("q9", None, 0.0, False, "timeout"))
+    j = sum(o.score for o in outcomes) / len(outcomes)
+    rho = sum(o.status == "ok" for o in outcomes) / len(outcomes)
+    assert reward(j, True, True, rho) == pytest.approx(0.735)
+
+
+def test_an_invalid_candidate_earns_validity_credit_only():
+    assert reward(None, True, False, 0.0) == pytest.approx(0.05)
+    assert reward(None, False, False, 0.0) == 0.0
+
+
+def test_ratchet_keeps_the_parent_on_a_tie():
+    c = Candidate(1, 0, "p", "c", True, "", "blocks", True, True, 1.0, 0.5, 0.8)
+    assert select("ratchet", "p", 0.5, [c]).kept_hash == "p"
+    assert select("best-of-g", "p", 0.5, [c]).kept_hash == "c"
+
+
+def test_eval_split_cannot_be_read_twice(task, tmp_path):
+    s = SealedSplit(task.questions()[:5], tmp_path / "eval_read.json")
+    s.open("final", ["a", "b"])
+    with pytest.raises(EvalAlreadyRead, match="read once"):
+        s.open("peek", ["c"])
+    record = json.loads((tmp_path / "eval_read.json").read_text())
+    assert record["purpose"] == "final" and len(record["question_ids"]) == 5
+
+
+def test_eval_split_read_may_be_finished_after_a_crash(task, tmp_path):
+    s = SealedSplit(task.questions()[:5], tmp_path / "eval_read.json")
+    s.open("final", ["a", "b"])
+    assert len(s.open("final", ["b", "a"])) == 5
+    assert json.loads((tmp_path / "eval_read.json").read_text())["resumed"] == 1
+
+
+def test_report_never_sees_scoring_or_eval_questions(task, tmp_path):
+    run_loop(task, tmp_path, [GOOD_EDIT], rounds=1)
+    report = (tmp_path / "round_01" / "report.md").read_text()
+    held = [q.prompt for q in task.questions()[10:20]]
+    assert not any(p in report for p in held)

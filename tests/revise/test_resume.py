@@ -1,0 +1,77 @@
+"""A run killed mid-round resumes without paying for any rollout or proposal twice."""
+
+import json
+import multiprocessing
+import os
+import signal
+import time
+
+from tests.fakes import ScriptedModel
+from tests.revise.conftest import GOOD_EDIT, SEED, SumTask
+from whale.harness import Runtime
+from whale.revise.loop import LoopSettings, adapt
+from whale.revise.proposer import Proposer
+from whale.revise.store import OutcomeStore
+from whale.tasks import SealedSplit
+
+SETTINGS = LoopSettings(rounds=2, g=2, select="ratchet", feedback=4, workers=2)
+
+
+def slow_solver():
+    import re
+
+    def reply(messages, sampling):
+        a, b = map(int, re.findall(r"\d+", messages[-1]["content"])[:2])
+        return f"The answer is {a + b}."
+
+    return ScriptedModel(reply, delay_s=0.05)
+
+
+def run(tmp_path, proposer):
+    task = SumTask()
+    qs = task.questions()
+    store = OutcomeStore(tmp_path)
+    try:
+        return adapt(
+            task, SEED, qs[:10], qs[:10], SealedSplit(qs[10:20], tmp_path / "eval_read.json"),
+            Runtime(model=slow_solver()), Proposer(proposer), store, SETTINGS,
+        )  # fmt: skip
+    finally:
+        store.close()
+
+
+def _child(path):
+    run(path, ScriptedModel([GOOD_EDIT, "no edit"]))
+
+
+def ledger(tmp_path):
+    return [json.loads(x) for x in (tmp_path / "outcomes.jsonl").read_text().splitlines() if x]
+
+
+def test_resume_after_kill_mid_round_scores_no_candidate_twice(tmp_path):
+    proc = multiprocessing.get_context("fork").Process(target=_child, args=(tmp_path,))
+    proc.start()
+    deadline = time.monotonic() + 60
+    seed_hash = None
+    while time.monotonic() < deadline:  # wait until a candidate is part-way through scoring
+        if (tmp_path / "outcomes.jsonl").exists():
+            rows = ledger(tmp_path)
+            seed_hash = seed_hash or (rows[0]["harness"] if rows else None)
+            cand = [r for r in rows if r["harness"] != seed_hash and r["split"] == "score"]
+            if 2 <= len(cand) < 10:
+                break
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.join()
+    before = ledger(tmp_path)
+    assert (tmp_path / "round_01" / "proposals.json").exists()
+    assert not (tmp_path / "round_01" / "decision.json").exists()
+
+    proposer = ScriptedModel([GOOD_EDIT, "no edit"])
+    result = run(tmp_path, proposer)
+    after = ledger(tmp_path)
+    keys = [(r["harness"], r["question_id"]) for r in after]
+    assert len(keys) == len(set(keys)), "a rollout was paid for twice"
+    assert after[: len(before)] == before
+    assert len(proposer.calls) == SETTINGS.g  # only round 2 was proposed again
+    assert result.final_eval.accuracy == 1.0

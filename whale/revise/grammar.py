@@ -1,0 +1,34 @@
+"""A GBNF grammar that forces the proposer's answer into the edit format, for llama.cpp.
+
+Measured here, the embedded 1.5B asked plainly (no grammar) gave an applicable edit for 2 of 4
+and 1 of 4 proposals in two short runs on rg:basic_arithmetic: it wrote fenced rewrites,
+invented markers, or SEARCHed for lines the harness does not have. Under this grammar the answer is one explanation line followed by
+SEARCH/REPLACE blocks (1 to `max_blocks`), and every SEARCH is a contiguous run of the
+parent's own lines, so it is found (it can still match twice, if the parent repeats lines).
+What the REPLACE says is left to the model.
+"""
+
+from __future__ import annotations
+
+
+def _literal(text: str) -> str:
+    out = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t")
+    out = out.replace("\r", "\\r")
+    return f'"{out}"'
+
+
+def edit_grammar(source: str, max_blocks: int = 3) -> str:
+    lines = [line + "\n" for line in source.rstrip("\n").split("\n")]
+    n = len(lines)
+    rules = [
+        "root ::= expl block" + " block?" * (max(1, max_blocks) - 1),
+        'expl ::= [^<\\n] [^\\n]* "\\n"',
+        'block ::= "<<<<<<< SEARCH\\n" search "=======\\n" replace ">>>>>>> REPLACE\\n"',
+        "search ::= " + " | ".join(f"s{i}" for i in range(n) if lines[i].strip()),
+        "replace ::= rline*",
+        'rline ::= [^<=>\\n] [^\\n]* "\\n" | "\\n"',
+    ]
+    for i, line in enumerate(lines):
+        rules.append(f"l{i} ::= {_literal(line)}")
+        rules.append(f"s{i} ::= l{i}" + (f" s{i + 1}?" if i + 1 < n else ""))
+    return "\n".join(rules) + "\n"

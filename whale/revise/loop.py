@@ -1,0 +1,205 @@
+"""`adapt`: Harness Learning's test-time loop (the paper's pseudocode, chapter 10).
+
+    h = seed
+    for t in 1..T:
+        report = execute(h, Q_fb[t])               # Q_fb redrawn every round
+        x = (task description, h.source, report)
+        candidates = Apply(h, propose(x) × G)
+        scored = score(valid candidates, Q_score)   # r = J + v
+        h = Select(h, scored)                        # ratchet or best-of-g
+    final = score(seed and h, Q_eval)                # the eval split, read once
+
+Every rollout goes through the OutcomeStore, so nothing is paid for twice (resume, identical
+candidates, the parent's own score). The proposer's weights never change in here.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from whale.evaluate import EvalResult
+from whale.harness import Runtime
+from whale.revise.edits import apply_edits
+from whale.revise.proposer import Proposal, Proposer
+from whale.revise.report import ReportConfig, build_report
+from whale.revise.select import Candidate, Decision, SelectRule, ValidityWeights, reward, select
+from whale.revise.store import OutcomeStore, RoundDir, diff
+from whale.tasks import Question, SealedSplit, Task
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    rounds: int = 3
+    g: int = 1
+    select: SelectRule = "ratchet"
+    feedback: int = 8  # |Q_fb|, redrawn each round from the feedback pool
+    seed: int = 0
+    workers: int = 4
+    report: ReportConfig = field(default_factory=ReportConfig)
+    weights: ValidityWeights = field(default_factory=ValidityWeights)
+
+
+@dataclass
+class RoundRecord:
+    round: int
+    parent_score: float
+    candidates: list[Candidate]
+    decision: Decision
+    rollouts: int
+
+
+@dataclass
+class AdaptResult:
+    seed_hash: str
+    final_hash: str
+    rounds: list[RoundRecord]
+    seed_eval: EvalResult
+    final_eval: EvalResult
+    proposals: int
+    applicable: int
+
+    @property
+    def format_compliance(self) -> float:
+        return self.applicable / self.proposals if self.proposals else 0.0
+
+
+def adapt(
+    task: Task,
+    seed_source: str,
+    feedback_pool: Sequence[Question],
+    score_set: Sequence[Question],
+    eval_split: SealedSplit,
+    runtime: Runtime,
+    proposer: Proposer,
+    store: OutcomeStore,
+    cfg: LoopSettings,
+    say: Callable[[str], None] = lambda s: None,
+) -> AdaptResult:
+    seed_hash = h = store.save_harness(seed_source)
+    rounds: list[RoundRecord] = []
+    for t in range(1, cfg.rounds + 1):
+        rd = RoundDir(store.dir, t)
+        before = store.rollouts
+        rng = random.Random(cfg.seed * 100_003 + t)
+        q_fb = rng.sample(list(feedback_pool), min(cfg.feedback, len(feedback_pool)))
+        fb = store.evaluate(runtime, store.harness(h), task, q_fb, "feedback", cfg.workers)
+        report = build_report(task, q_fb, fb.outcomes, fb.trajectories, cfg.report)
+        prompt = proposer.prompt(task.description, store.harness(h), report, runtime.budget)
+        rd.write_text("report.md", report)
+        rd.write_text("prompt.txt", prompt)
+        seed = cfg.seed * 100_000 + t * 1000
+        proposals = _proposals(rd, proposer, prompt, cfg.g, seed, store.harness(h))
+        say(
+            f"round {t}: feedback {sum(o.correct for o in fb.outcomes)}/{len(q_fb)} correct; "
+            f"{len(proposals)} proposal(s)"
+        )
+        parent = store.evaluate(runtime, store.harness(h), task, score_set, "score", cfg.workers)
+        candidates = [
+            _candidate(t, i, h, p, task, score_set, runtime, store, rd, cfg)
+            for i, p in enumerate(proposals)
+        ]
+        decision = select(cfg.select, h, parent.score, candidates)
+        rd.write_json("candidates.json", [asdict(c) for c in candidates])
+        rd.write_json("decision.json", asdict(decision))
+        say(
+            f"round {t}: {sum(c.valid for c in candidates)}/{len(candidates)} applicable; "
+            f"{decision.why}"
+        )
+        rounds.append(RoundRecord(t, parent.score, candidates, decision, store.rollouts - before))
+        h = decision.kept_hash
+    q_eval = eval_split.open("final eval: seed and final harness", [seed_hash, h])
+    say(f"final eval on {len(q_eval)} held-out questions")
+    seed_eval = store.evaluate(runtime, seed_source, task, q_eval, "eval", cfg.workers)
+    final_eval = store.evaluate(runtime, store.harness(h), task, q_eval, "eval", cfg.workers)
+    n_prop = sum(len(r.candidates) for r in rounds)
+    n_ok = sum(c.valid for r in rounds for c in r.candidates)
+    return AdaptResult(seed_hash, h, rounds, seed_eval, final_eval, n_prop, n_ok)
+
+
+def _proposals(
+    rd: RoundDir, proposer: Proposer, prompt: str, g: int, seed: int, parent: str
+) -> list[Proposal]:
+    """The round's G proposals, from the round directory when a resumed run already paid."""
+    if rd.has("proposals.json"):
+        return [Proposal(**p) for p in rd.read_json("proposals.json")]
+    proposals = proposer.propose(prompt, g, seed, parent)
+    rd.write_json("proposals.json", [asdict(p) for p in proposals])
+    return proposals
+
+
+def _candidate(
+    t: int,
+    i: int,
+    parent_hash: str,
+    p: Proposal,
+    task: Task,
+    score_set: Sequence[Question],
+    runtime: Runtime,
+    store: OutcomeStore,
+    rd: RoundDir,
+    cfg: LoopSettings,
+) -> Candidate:
+    parent_source = store.harness(parent_hash)
+    if p.error is not None:
+        return Candidate(t, i, parent_hash, None, False, f"proposer: {p.error}", "none")
+    res = apply_edits(parent_source, p.text)
+    if not res.ok:
+        v = reward(None, res.syntax_ok, False, 0.0, cfg.weights)
+        return Candidate(
+            t, i, parent_hash, None, False, res.reason, res.mode, res.syntax_ok, reward=v
+        )
+    h = store.save_harness(res.source)
+    rd.write_text(f"candidate_{i}.diff", diff(parent_source, res.source))
+    ev = store.evaluate(runtime, res.source, task, score_set, "score", cfg.workers)
+    runnable = not all((o.error or "").startswith("load:") for o in ev.outcomes)
+    r = reward(ev.score, True, runnable, ev.rho_run, cfg.weights)
+    return Candidate(
+        t,
+        i,
+        parent_hash,
+        h,
+        True,
+        "",
+        res.mode,
+        True,
+        runnable,
+        ev.rho_run,
+        ev.score,
+        r,
+        len(ev.outcomes),
+    )
+
+
+def summary_markdown(result: AdaptResult, meta: dict[str, Any]) -> str:
+    lines = [f"# whale adapt: {meta.get('task')}", ""]
+    lines += [f"- {k}: {v}" for k, v in meta.items()]
+    lines += [
+        "",
+        "| round | parent J | applicable | best candidate J | best reward | decision |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in result.rounds:
+        scored = [c for c in r.candidates if c.score is not None]
+        best = max(scored, key=lambda c: c.score or 0.0) if scored else None
+        lines.append(
+            f"| {r.round} | {r.parent_score:.3f} | {sum(c.valid for c in r.candidates)}/"
+            f"{len(r.candidates)} | {'-' if best is None else f'{best.score:.3f}'} | "
+            f"{'-' if best is None else f'{best.reward:.3f}'} | {r.decision.why} |"
+        )
+    s, f = result.seed_eval, result.final_eval
+    lines += [
+        "",
+        f"Proposer format compliance: {result.applicable}/{result.proposals} proposals "
+        f"gave an applicable candidate ({result.format_compliance:.0%}).",
+        "",
+        f"Held-out eval ({s.n} questions, read once):",
+        "",
+        "| harness | accuracy | mean score | ρ_run |",
+        "|---|---|---|---|",
+        f"| seed {result.seed_hash} | {s.accuracy:.3f} | {s.score:.3f} | {s.rho_run:.3f} |",
+        f"| final {result.final_hash} | {f.accuracy:.3f} | {f.score:.3f} | {f.rho_run:.3f} |",
+    ]
+    return "\n".join(lines) + "\n"
