@@ -96,3 +96,68 @@ def test_eval_on_the_embedded_default_model(tmp_path):
     assert summary["status"] == {"ok": 3} and summary["model_calls"] == 3
     trajs = read_jsonl(tmp_path / "r" / "trajectories.jsonl")
     assert all(t["events"][0]["usage"]["completion_tokens"] > 0 for t in trajs)
+
+
+def test_index_build_cli(tmp_path):
+    from whale.retrieval import BM25Index
+
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text(
+        "".join(
+            json.dumps({"id": f"p{i}", "title": f"T{i}", "text": f"text about topic{i}"}) + "\n"
+            for i in range(20)
+        )
+    )
+    r = whale("index", "build", str(corpus), "--out", str(tmp_path / "idx"), "--json")
+    assert r.exit_code == 0, r.output
+    info = json.loads(r.output.strip().splitlines()[-1])
+    assert info["passages"] == 20
+    assert (
+        BM25Index.load(tmp_path / "idx", expect_hash=info["corpus_hash"]).retrieve("topic7", 1)[0][
+            "id"
+        ]
+        == "p7"
+    )
+
+
+def test_tasks_lists_every_task_id():
+    r = whale("tasks")
+    for pattern in (
+        "rg:FAMILY",
+        "mhqa",
+        "hotpotqa:PATH",
+        "musique:PATH",
+        "2wiki:PATH",
+        "searchqa:PATH",
+        "math:PATH",
+    ):
+        assert pattern in r.output
+
+
+def test_eval_of_the_seed_qa_harness_on_generated_multihop_qa(tmp_path):
+    with StubServer([("ok", "Port Quell")]) as s:
+        r = whale(
+            "eval",
+            "--task",
+            "mhqa",
+            "--harness",
+            "two_hop_qa",
+            "--model",
+            f"stub@{s.base_url}",
+            "-n",
+            "3",
+            "--set",
+            "task.config.passages=3000",
+            "--out",
+            str(tmp_path / "r"),
+            "--no-cache",
+            "--json",
+        )
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.output.strip().splitlines()[-1])
+    assert summary["status"] == {"ok": 3} and "retrieval_accuracy" in summary
+    trajs = read_jsonl(tmp_path / "r" / "trajectories.jsonl")
+    assert all(
+        sum(e["kind"] == "tool" and e["name"] == "retrieve" for e in t["events"]) == 2
+        for t in trajs
+    )

@@ -16,7 +16,7 @@ from rich.table import Table
 from whale import config as cfgmod
 from whale.evaluate import EvalConfig
 from whale.harness import Trajectory, load_harness, make_runtime, seed_names
-from whale.models import CATALOG, ModelError, UnknownModel, build_model, close_model
+from whale.models import CATALOG, ModelConfig, ModelError, UnknownModel, build_model, close_model
 from whale.revise.loop import summary_markdown
 from whale.revise.run import AdaptConfig, adapt_json, run_adapt, split_pools
 from whale.tasks import SplitOverlap, UnknownTask, load_task, task_ids
@@ -78,6 +78,25 @@ def progress() -> Progress:
     )
 
 
+def task_config(cfg: EvalConfig) -> dict[str, Any]:
+    """The task's own config, with `judge = "MODEL"` (judged QA) made into a fixed rubric judge:
+    temperature 0, seed 0, the response cache on, the same for the whole run."""
+    conf = dict(cfg.task.config)
+    if isinstance(conf.get("judge"), str):
+        from whale.models import Sampling
+        from whale.tasks.judged import RubricJudge
+
+        try:
+            judge_model = build_model(ModelConfig(name=conf["judge"]))
+        except (UnknownModel, ModelError) as e:
+            fail(f"task.config.judge: {e}")
+        sampling = Sampling(max_tokens=4, temperature=0.0, seed=0)
+        conf["judge"] = RubricJudge(
+            lambda p: judge_model.chat([{"role": "user", "content": p}], sampling).text
+        )
+    return conf
+
+
 def resolve(cfg: EvalConfig, unsafe: bool) -> tuple[Any, str, Any]:
     """Task, harness source and model of a config, or exit 2 naming the bad value."""
     if unsafe:
@@ -89,7 +108,7 @@ def resolve(cfg: EvalConfig, unsafe: bool) -> tuple[Any, str, Any]:
         )
     try:
         task = load_task(
-            cfg.task.id, size=cfg.task.size or cfg.n, seed=cfg.task.seed, config=cfg.task.config
+            cfg.task.id, size=cfg.task.size or cfg.n, seed=cfg.task.seed, config=task_config(cfg)
         )
     except UnknownTask as e:
         fail(str(e))
@@ -290,6 +309,39 @@ def tasks_cmd(
         return
     for pattern, line in task_ids():
         print(f"{pattern:24s} {line}")
+
+
+index_app = typer.Typer(no_args_is_help=True, help="Build BM25 indexes over passage corpora.")
+app.add_typer(index_app, name="index")
+
+
+@index_app.command("build")
+def index_build(
+    corpus: Path = typer.Argument(..., help="JSONL of {id, title, text}"),
+    out_dir: Path = typer.Option(..., "--out", help="index directory"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Build a BM25 index (bm25s, stemmed) of a corpus and save it, with the corpus hash."""
+    from whale.retrieval import BM25Index, read_corpus
+
+    try:
+        passages = read_corpus(corpus)
+    except (OSError, ValueError) as e:
+        fail(str(e))
+    t0 = time.monotonic()
+    with progress() as bar:
+        tid = bar.add_task(f"index {len(passages)} passages", total=2)
+        index = BM25Index.build(
+            passages, progress=lambda done, total: bar.update(tid, completed=done)
+        )
+        index.save(out_dir)
+    info = {
+        "passages": len(index),
+        "corpus_hash": index.corpus_hash,
+        "out": str(out_dir),
+        "seconds": round(time.monotonic() - t0, 2),
+    }
+    print(json.dumps(info) if as_json else f"indexed {info['passages']} passages into {out_dir}")
 
 
 def main() -> None:  # pragma: no cover

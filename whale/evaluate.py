@@ -12,7 +12,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,9 @@ class Outcome:
     tokens: int = 0
     wall_s: float = 0.0
     feedback: str = ""
+    # Retrieval tasks: were all gold passages (any, for answer-bearing golds) retrieved at
+    # some hop? None where the task has no gold passages.
+    retrieval_hit: bool | None = None
 
 
 @dataclass
@@ -74,6 +77,18 @@ class EvalResult:
     def rho_run(self) -> float:
         return sum(o.status == "ok" for o in self.outcomes) / self.n if self.n else 0.0
 
+    def capabilities(self) -> dict[str, float]:
+        """WHALE's capability metrics where they apply: retrieval accuracy (all gold passages
+        retrieved at some hop) and answer extraction (correct, given the gold was retrieved)."""
+        judged = [o for o in self.outcomes if o.retrieval_hit is not None]
+        if not judged:
+            return {}
+        hits = [o for o in judged if o.retrieval_hit]
+        return {
+            "retrieval_accuracy": len(hits) / len(judged),
+            "answer_extraction": sum(o.correct for o in hits) / len(hits) if hits else 0.0,
+        }
+
     def summary(self) -> dict[str, Any]:
         n = max(self.n, 1)
         return {
@@ -85,6 +100,7 @@ class EvalResult:
             "truncation_rate": sum(o.truncated for o in self.outcomes) / n,
             "status": dict(Counter(o.status for o in self.outcomes)),
             "rollouts": self.n,
+            **self.capabilities(),
             "model_calls": sum(o.model_calls for o in self.outcomes),
             "tokens": sum(o.tokens for o in self.outcomes),
             "wall_s": round(self.wall_s, 3),
@@ -102,10 +118,22 @@ def outcome_of(task: Task, q: Question, t: Trajectory) -> Outcome:
     else:
         score, correct, fmt, feedback = 0.0, False, False, f"not graded: run status {t.status}"
     return Outcome(
+        retrieval_hit=retrieval_hit(task, q, t),
         question_id=q.id, answer=t.answer, score=score, correct=correct, status=t.status,
         error=t.error, format_ok=fmt, truncated=truncated, model_calls=len(calls),
         tokens=t.tokens(), wall_s=round(t.wall_s, 4), feedback=feedback,
     )  # fmt: skip
+
+
+def retrieval_hit(task: Task, q: Question, t: Trajectory) -> bool | None:
+    gold_of = getattr(task, "gold_passages", None)
+    gold = set(gold_of(q)) if gold_of is not None else set()
+    if not gold:
+        return None
+    seen = {p.get("id") for c in t.tool_calls() if c.name == "retrieve" for p in (c.result or [])}
+    if q.reference.get("retrieval") == "any":
+        return bool(gold & seen)
+    return gold <= seen
 
 
 def evaluate(
@@ -120,14 +148,14 @@ def evaluate(
     """Run `source` on each question, `workers` at a time; `on_done` is called as each ends
     (from the calling thread, in completion order) so that callers can persist as they go."""
     t0 = time.monotonic()
+    if retriever is None:
+        retriever = getattr(task, "retriever", None)  # retrieval tasks bring their index
     results: dict[int, tuple[Outcome, Trajectory]] = {}
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         futures = {
             pool.submit(runtime.run, source, q.prompt, q.id, retriever): i
             for i, q in enumerate(questions)
         }
-        from concurrent.futures import as_completed
-
         for fut in as_completed(futures):
             i = futures[fut]
             traj = fut.result()  # Runtime.run never raises for a harness failure

@@ -69,3 +69,21 @@ def test_adapt_on_the_embedded_models_with_the_edit_grammar(tmp_path):
     proposals = json.loads((tmp_path / "r" / "round_01" / "proposals.json").read_text())
     # Under the grammar every proposal is in the block format (truncation aside).
     assert all("<<<<<<< SEARCH" in p["text"] for p in proposals)
+
+
+def test_near_duplicate_prompts_never_straddle_dev_and_eval():
+    from whale.revise.run import AdaptConfig, split_pools
+    from whale.tasks import Question, normalize_prompt
+
+    class Dupes:
+        name, description = "dupes", "d"
+
+        def questions(self):
+            qs = [Question(f"a{i}", f"What is {i} plus one?", i + 1) for i in range(30)]
+            qs += [Question(f"b{i}", f"what is {i} PLUS one", i + 1) for i in range(30)]
+            return qs
+
+    fb, score, held = split_pools(Dupes(), AdaptConfig(dev=10, eval=15, share_dev=False, score=5))
+    dev_texts = {normalize_prompt(q.prompt) for q in fb + score}
+    assert not dev_texts & {normalize_prompt(q.prompt) for q in held}
+    assert not {q.id for q in fb} & {q.id for q in score}

@@ -155,9 +155,7 @@ class Runtime:
             scratch_mb=64,
             output_bytes=4 * pl.output_chars,
         )
-        jailed = self.sandbox.spawn(
-            [python_executable(), "-I", "-S", "-c", code], limits, stdin=None
-        )
+        jailed = self.sandbox.spawn([python_executable(), "-I", "-S", "-c", code], limits)
         out, err = _Tail(pl.output_chars), _Tail(pl.output_chars)
         timed_out = _drain(jailed, {"out": out, "err": err}, time.monotonic() + t, limits)
         rc = jailed.proc.returncode

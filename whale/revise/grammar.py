@@ -2,10 +2,10 @@
 
 Measured here, the embedded 1.5B asked plainly (no grammar) gave an applicable edit for 2 of 4
 and 1 of 4 proposals in two short runs on rg:basic_arithmetic: it wrote fenced rewrites,
-invented markers, or SEARCHed for lines the harness does not have. Under this grammar the answer is one explanation line followed by
-SEARCH/REPLACE blocks (1 to `max_blocks`), and every SEARCH is a contiguous run of the
-parent's own lines, so it is found (it can still match twice, if the parent repeats lines).
-What the REPLACE says is left to the model.
+invented markers, or SEARCHed for lines the harness does not have. Under this grammar the
+answer is one explanation line and then 1 to `max_blocks` SEARCH/REPLACE blocks, and every
+SEARCH is a contiguous run of the parent's own lines, so it is found (it can still match
+twice, if the parent repeats lines). What the REPLACE says is left to the model.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ def edit_grammar(source: str, max_blocks: int = 3) -> str:
     n = len(lines)
     rules = [
         "root ::= expl block" + " block?" * (max(1, max_blocks) - 1),
-        'expl ::= [^<\\n] [^\\n]* "\\n"',
+        # A bounded explanation: an unbounded one can eat the token budget before any block.
+        'expl ::= [^<\\n] [^\\n]{0,300} "\\n"',
         'block ::= "<<<<<<< SEARCH\\n" search "=======\\n" replace ">>>>>>> REPLACE\\n"',
         "search ::= " + " | ".join(f"s{i}" for i in range(n) if lines[i].strip()),
         "replace ::= rline*",

@@ -30,21 +30,59 @@ class TaskConfig:
     config: dict[str, Any] = field(default_factory=dict)  # the family's own overrides
 
 
+TASK_IDS = [
+    ("rg:FAMILY", "a Reasoning Gym family, 106 of them (`whale tasks --families`)"),
+    ("mhqa", "whale's GENERATED offline multi-hop QA benchmark (50k+ passages, BM25)"),
+    ("hotpotqa:PATH", "HotpotQA distractor/fullwiki JSON (fullwiki: task.config.abstracts=PATH)"),
+    ("musique:PATH", "MuSiQue JSONL with its paragraphs"),
+    ("2wiki:PATH", "2WikiMultihopQA JSON"),
+    ("searchqa:PATH", "SearchQA-style JSON/JSONL, graded by the WHALE rubric"),
+    ("math:PATH", "GSM8K- or MATH-format JSONL"),
+    ("champ", "the 270 competition math problems of champ-dataset"),
+]
+
+
 def load_task(
     task_id: str, size: int = 100, seed: int = 0, config: dict[str, Any] | None = None
 ) -> Task:
-    """`rg:FAMILY` → a Reasoning Gym task. Raises UnknownTask naming the bad id."""
+    """A task from its id (see TASK_IDS). Raises UnknownTask naming the bad id; a dataset file
+    that does not load raises UnknownTask naming the file, the record and the field."""
     kind, _, rest = task_id.partition(":")
-    if kind == "rg" and rest:
-        from whale.tasks.rg import ReasoningGymTask
+    config = dict(config or {})
+    try:
+        if kind == "rg" and rest:
+            from whale.tasks.rg import ReasoningGymTask
 
-        return ReasoningGymTask(rest, size=size, seed=seed, config=config)
-    raise UnknownTask(f"unknown task {task_id!r}; task ids look like rg:FAMILY (see `whale tasks`)")
+            return ReasoningGymTask(rest, size=size, seed=seed, config=config)
+        if kind == "mhqa" and not rest:
+            from whale.tasks.mhqa import generated_task
+
+            return generated_task(seed=seed, size=size, passages=config.get("passages"))
+        if kind in ("hotpotqa", "musique", "2wiki", "searchqa", "math") and rest:
+            from whale.tasks import judged, math, qa_files
+
+            loaders: dict[str, Any] = {
+                "hotpotqa": lambda p: qa_files.hotpotqa(p, config.get("abstracts")),
+                "musique": qa_files.musique,
+                "2wiki": qa_files.twowiki,
+                "searchqa": lambda p: judged.searchqa(p, judge=config.get("judge")),
+                "math": math.math_file,
+            }
+            return loaders[kind](rest)  # type: ignore[no-any-return]
+        if kind == "champ" and not rest:
+            from whale.tasks.math import champ
+
+            return champ()
+    except UnknownTask:
+        raise
+    except ValueError as e:  # DatasetError and friends name the file, record and field
+        raise UnknownTask(f"task {task_id}: {e}") from None
+    raise UnknownTask(f"unknown task {task_id!r}; known: {', '.join(p for p, _ in TASK_IDS)}")
 
 
 def task_ids() -> list[tuple[str, str]]:
     """(id pattern, one line) for `whale tasks`."""
-    return [("rg:FAMILY", "a Reasoning Gym family (see `whale tasks --families`)")]
+    return list(TASK_IDS)
 
 
 __all__ = [
