@@ -61,7 +61,7 @@ def test_every_answer_follows_from_its_gold_passages(task):
             # A chain: the question names the first passage's title, each passage names the next
             # one's title, and the last passage states the answer.
             assert gold[0].title in q.prompt
-            for a, b in zip(gold, gold[1:]):
+            for a, b in zip(gold, gold[1:], strict=False):
                 assert b.title in a.text
             assert answer in gold[-1].text
 
