@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import atexit
 import hashlib
-import json
 import math
 import os
 import selectors
@@ -24,12 +23,12 @@ from whale.harness import worker as wire
 from whale.harness.budget import Budget, Limits, PythonToolLimits
 from whale.harness.pool import WorkerPool
 from whale.harness.sandbox import Jailed, Sandbox, python_executable
+from whale.harness.streams import MalformedMessage, Tail, drain, drain_rest, parse, plain
 from whale.harness.trajectory import ModelCall, Status, ToolCall, Trajectory
 from whale.models.base import ChatModel, ModelError, ModelTimeout, Sampling
 
 WORKER_FILE = str(Path(wire.__file__).resolve())
 WORKER_INSIDE = "/whale/worker.py"
-TAIL_CHARS = 4000
 
 
 class Retriever(Protocol):
@@ -38,22 +37,6 @@ class Retriever(Protocol):
 
 def harness_hash(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()[:16]
-
-
-class _Tail:
-    """Keeps the last `keep` bytes of a stream and counts all of them."""
-
-    def __init__(self, keep: int = TAIL_CHARS) -> None:
-        self.keep, self.total, self.buf = keep, 0, bytearray()
-
-    def add(self, data: bytes) -> None:
-        self.total += len(data)
-        self.buf += data
-        if len(self.buf) > 2 * self.keep:
-            del self.buf[: len(self.buf) - self.keep]
-
-    def text(self) -> str:
-        return bytes(self.buf[-self.keep :]).decode("utf-8", "replace")
 
 
 @dataclass
@@ -156,8 +139,8 @@ class Runtime:
             output_bytes=4 * pl.output_chars,
         )
         jailed = self.sandbox.spawn([python_executable(), "-I", "-S", "-c", code], limits)
-        out, err = _Tail(pl.output_chars), _Tail(pl.output_chars)
-        timed_out = _drain(jailed, {"out": out, "err": err}, time.monotonic() + t, limits)
+        out, err = Tail(pl.output_chars), Tail(pl.output_chars)
+        timed_out = drain(jailed, {"out": out, "err": err}, time.monotonic() + t, limits)
         rc = jailed.proc.returncode
         error = None
         if timed_out:
@@ -168,41 +151,6 @@ class Runtime:
             lines = err.text().strip().splitlines()
             error = lines[-1] if lines else f"exit status {rc}"
         return {"stdout": out.text(), "stderr": err.text(), "error": error, "timed_out": timed_out}
-
-
-def _drain(jailed: Jailed, tails: dict[str, _Tail], deadline: float, limits: Limits) -> bool:
-    """Read stdout/stderr until EOF, the deadline or the output limit. True if timed out."""
-    proc = jailed.proc
-    sel = selectors.DefaultSelector()
-    assert proc.stdout is not None and proc.stderr is not None
-    sel.register(proc.stdout.fileno(), selectors.EVENT_READ, "out")
-    sel.register(proc.stderr.fileno(), selectors.EVENT_READ, "err")
-    open_streams, timed_out = 2, False
-    try:
-        while open_streams:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                timed_out = True
-                break
-            for key, _ in sel.select(left):
-                data = os.read(key.fd, 65536)
-                if not data:
-                    sel.unregister(key.fd)
-                    open_streams -= 1
-                    continue
-                tails[key.data].add(data)
-            if sum(t.total for t in tails.values()) > limits.output_bytes:
-                break
-    finally:
-        sel.close()
-    if open_streams:
-        jailed.kill()
-    else:
-        jailed.proc.wait()
-        jailed.kill()  # the tree may outlive the main process; also releases the uid
-    for stream in (proc.stdout, proc.stderr):
-        stream.close()
-    return timed_out
 
 
 class _Run:
@@ -264,7 +212,7 @@ class _Run:
     def _serve(self, jailed: Jailed, rx: int, tx: int) -> tuple[Status, str | None, str | None]:
         proc = jailed.proc
         assert proc.stdout is not None and proc.stderr is not None
-        tails = {"out": _Tail(), "err": _Tail()}
+        tails = {"out": Tail(), "err": Tail()}
         sel = selectors.DefaultSelector()
         sel.register(proc.stdout.fileno(), selectors.EVENT_READ, "out")
         sel.register(proc.stderr.fileno(), selectors.EVENT_READ, "err")
@@ -300,15 +248,18 @@ class _Run:
                             )
                         if len(buf) < wire.HEADER.size + size:
                             break
-                        msg = _parse(bytes(buf[wire.HEADER.size : wire.HEADER.size + size]))
+                        try:
+                            msg = parse(bytes(buf[wire.HEADER.size : wire.HEADER.size + size]))
+                        except MalformedMessage as e:
+                            raise _Stop("killed", f"malformed broker message: {e}") from None
                         del buf[: wire.HEADER.size + size]
                         if msg.get("op") == "done":
                             return _done(msg)
-                        wire.send_marshal(tx, _plain(self._handle(msg)))
+                        wire.send_marshal(tx, plain(self._handle(msg)))
         finally:
             sel.close()
             jailed.kill()
-            _drain_rest(proc, tails)
+            drain_rest(proc, tails)
             self.traj.stdout_tail, self.traj.stderr_tail = tails["out"].text(), tails["err"].text()
 
     def _exited(self, jailed: Jailed) -> tuple[Status, str | None, str | None]:
@@ -475,44 +426,6 @@ def _check_llm_args(
     return clean, sampling
 
 
-def _parse(data: bytes) -> dict[str, Any]:
-    try:
-        msg = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
-        raise _Stop("killed", f"malformed broker message: {type(e).__name__}: {e}") from None
-    if not isinstance(msg, dict):
-        raise _Stop("killed", "malformed broker message: not an object")
-    return _scrub(msg)  # type: ignore[no-any-return]
-
-
-def _scrub(x: Any) -> Any:
-    """Replace lone surrogates (valid JSON escapes, invalid UTF-8) so records stay writable."""
-    if isinstance(x, str):
-        try:
-            x.encode("utf-8")
-            return x
-        except UnicodeEncodeError:
-            return x.encode("utf-8", "replace").decode("utf-8")
-    if isinstance(x, dict):
-        return {_scrub(k): _scrub(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_scrub(v) for v in x]
-    return x
-
-
-def _plain(x: Any) -> Any:
-    """Only plain data crosses to the worker (marshal takes no numpy floats, say)."""
-    if x is None or isinstance(x, str | bool | int | float):
-        return x
-    if isinstance(x, dict):
-        return {str(k): _plain(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_plain(v) for v in x]
-    if hasattr(x, "item"):
-        return _plain(x.item())
-    return str(x)
-
-
 def _done(msg: dict[str, Any]) -> tuple[Status, str | None, str | None]:
     status = msg.get("status")
     if status == "ok" and isinstance(msg.get("answer"), str):
@@ -520,21 +433,3 @@ def _done(msg: dict[str, Any]) -> tuple[Status, str | None, str | None]:
     if status in ("error", "budget_exceeded"):
         return status, str(msg.get("error", ""))[:4000], None
     return "error", "harness: malformed done message", None
-
-
-def _drain_rest(proc: Any, tails: dict[str, _Tail]) -> None:
-    """After the kill, read what is left in the pipes (bounded) and close them."""
-    for name, stream in (("out", proc.stdout), ("err", proc.stderr)):
-        if stream is None:
-            continue
-        try:
-            os.set_blocking(stream.fileno(), False)
-            for _ in range(64):
-                data = os.read(stream.fileno(), 1 << 16)
-                if not data:
-                    break
-                tails[name].add(data)
-        except (BlockingIOError, OSError, ValueError):
-            pass
-        finally:
-            stream.close()

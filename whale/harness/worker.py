@@ -220,18 +220,18 @@ def main() -> None:
     try:
         run = _load(init["source"])
     except BaseException as e:  # noqa: BLE001 - every failure is data
-        send(wfd, {"op": "done", "status": "error", "error": f"load: {_describe(e)}"})
+        _done(wfd, {"op": "done", "status": "error", "error": f"load: {_describe(e)}"})
         return
     try:
         answer = run(init["question"], Env(link, init.get("tools", [])))
     except BudgetExceeded as e:
-        send(wfd, {"op": "done", "status": "budget_exceeded", "error": f"harness: {e}"})
+        _done(wfd, {"op": "done", "status": "budget_exceeded", "error": f"harness: {e}"})
         return
     except BaseException as e:  # noqa: BLE001
-        send(wfd, {"op": "done", "status": "error", "error": f"harness: {_describe(e)}"})
+        _done(wfd, {"op": "done", "status": "error", "error": f"harness: {_describe(e)}"})
         return
     if not isinstance(answer, str):
-        send(
+        _done(
             wfd,
             {
                 "op": "done",
@@ -240,7 +240,18 @@ def main() -> None:
             },
         )
         return
-    send(wfd, {"op": "done", "status": "ok", "answer": str(answer)})
+    _done(wfd, {"op": "done", "status": "ok", "answer": str(answer)})
+
+
+def _done(wfd: int, msg: dict[str, Any]) -> None:
+    """Flush what the harness printed (a pipe is block-buffered) before the broker, on reading
+    this message, ends the process."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed or broken stream loses only its tail
+            pass
+    send(wfd, msg)
 
 
 def _describe(e: BaseException) -> str:

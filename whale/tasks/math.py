@@ -7,7 +7,6 @@ and otherwise as normalized text.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from whale.tasks.answers import last_boxed, numbers_match, parse_number
@@ -57,21 +56,16 @@ def gold_of(record: dict[str, object], path: object, i: int) -> str:
 
 
 def math_file(path: str | Path) -> MathTask:
+    from whale.tasks.qa_files import DatasetError, _records
+
     questions = []
-    with open(path, encoding="utf-8") as f:
-        for i, line in enumerate(f):
-            if not line.strip():
-                continue
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}: record {i}: not JSON ({e.msg})") from None
-            if not isinstance(r, dict):
-                raise ValueError(f"{path}: record {i}: not an object")
-            text = r.get("question", r.get("problem"))
-            if not isinstance(text, str):
-                raise ValueError(f"{path}: record {i}: missing field 'question' (or 'problem')")
-            questions.append(Question(f"math:{r.get('id', i)}", text, gold_of(r, path, i)))
+    for i, r in enumerate(_records(path)):
+        if not isinstance(r, dict):
+            raise DatasetError(f"{path}: record {i}: not an object")
+        text = r.get("question", r.get("problem"))
+        if not isinstance(text, str):
+            raise DatasetError(f"{path}: record {i}: missing field 'question' (or 'problem')")
+        questions.append(Question(f"math:{r.get('id', i)}", text, gold_of(r, path, i)))
     return MathTask(f"math:{Path(path).name}", questions)
 
 
