@@ -23,9 +23,11 @@ $(VENV)/.installed: pyproject.toml Makefile
 	$(VENV)/bin/whale models install $(MODELS)
 	touch $@
 
+# The main job: Harness Learning's loop on the embedded models, then the before/after table.
 demo: install
-	$(VENV)/bin/whale eval --task rg:basic_arithmetic --harness single_call \
-		--model qwen-coder-0.5b -n 20 --out $(DEMO_OUT)
+	$(VENV)/bin/whale adapt --task rg:basic_arithmetic --harness single_call \
+		--solver qwen-coder-0.5b --proposer qwen-coder-1.5b --rounds 3 --g 4 --select ratchet \
+		--dev 25 --eval 75 --feedback 8 --out $(DEMO_OUT)
 
 lint: install
 	$(VENV)/bin/ruff check whale tests benchmarks
@@ -37,6 +39,8 @@ test: lint
 bench: install
 	$(PY) -m benchmarks.runtime_overhead
 	$(PY) -m benchmarks.eval_throughput
+	$(PY) -m benchmarks.adapt_overhead
+	$(PY) -m benchmarks.bm25_scale
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache .mypy_cache

@@ -3,7 +3,7 @@ answers every request after a fixed 200 ms (its own process), at 1, 4 and 16 wor
 ratio to the ideal
 (workers / 0.2 s). Every rollout is a real jailed run of the `single_call` seed harness.
 
-    python -m benchmarks.eval_throughput [--per-worker 6]
+    python -m benchmarks.eval_throughput [--per-worker 20]
 Target (issue 3): >= 0.8 of ideal at 16 workers.
 """
 
@@ -22,7 +22,7 @@ DELAY_S = 0.2
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--per-worker", type=int, default=6, help="rollouts per worker")
+    ap.add_argument("--per-worker", type=int, default=20, help="rollouts per worker")
     ap.add_argument("--workers", default="1,4,16")
     ap.add_argument("--no-warm", dest="warm", action="store_false", help="no warm worker pool")
     args = ap.parse_args()

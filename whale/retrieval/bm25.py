@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-INDEX_VERSION = 1
+INDEX_VERSION = 2  # 2: passages.offsets.npy beside passages.jsonl
 _TOKEN = re.compile(r"(?u)\b\w\w+\b")  # bm25s's default token pattern
 
 
@@ -38,6 +38,33 @@ class Passage:
 
 class IndexMismatch(ValueError):
     pass
+
+
+class PassageFile(Sequence[Passage]):
+    """The passages of a saved index, read on demand: the JSONL file is memory-mapped and a
+    saved array of line offsets finds passage i, so loading costs nothing per passage."""
+
+    def __init__(self, jsonl: Path, offsets: Path) -> None:
+        import mmap
+
+        import numpy as np
+
+        self._offsets = np.load(offsets, mmap_mode="r")
+        self._f = open(jsonl, "rb")
+        self._map = (
+            mmap.mmap(self._f.fileno(), 0, access=mmap.ACCESS_READ) if self._offsets.size else b""
+        )
+
+    def __len__(self) -> int:
+        return int(self._offsets.size)
+
+    def __getitem__(self, i):  # type: ignore[no-untyped-def, override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        start = int(self._offsets[i])
+        end = self._map.find(b"\n", start)
+        r = json.loads(self._map[start : end if end >= 0 else len(self._map)])
+        return Passage(r["id"], r["title"], r["text"])
 
 
 def corpus_hash(passages: Iterable[Passage]) -> str:
@@ -113,9 +140,14 @@ class BM25Index:
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
         self._bm25.save(str(d / "bm25"), show_progress=False)
-        with open(d / "passages.jsonl", "w", encoding="utf-8") as f:
-            for p in self.passages:
-                f.write(json.dumps(asdict(p), ensure_ascii=False) + "\n")
+        import numpy as np
+
+        offsets = np.zeros(len(self.passages), dtype=np.int64)
+        with open(d / "passages.jsonl", "wb") as f:
+            for i, p in enumerate(self.passages):
+                offsets[i] = f.tell()
+                f.write(json.dumps(asdict(p), ensure_ascii=False).encode() + b"\n")
+        np.save(d / "passages.offsets.npy", offsets)
         meta = {"version": INDEX_VERSION, "corpus_hash": self.corpus_hash, "n": len(self)}
         (d / "meta.json").write_text(json.dumps(meta))
         return d
@@ -144,7 +176,7 @@ class BM25Index:
         retriever = bm25s.BM25.load(str(d / "bm25"), mmap=True, load_vocab=True)
         retriever.backend = _backend()
         if passages is None:
-            passages = read_corpus(d / "passages.jsonl")
+            passages = PassageFile(d / "passages.jsonl", d / "passages.offsets.npy")
         return cls(retriever, passages, meta["corpus_hash"])
 
     def query_tokens(self, query: str) -> list[str]:
