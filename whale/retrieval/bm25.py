@@ -206,10 +206,10 @@ class BM25Index:
 
 
 def cached_index(passages: Sequence[Passage], cache: str | Path | None = None) -> BM25Index:
-    """The index of `passages`, built once and kept under ~/.cache/whale/indexes/<hash>."""
+    """The index of `passages`, built once and kept under ~/.cache/whale/indexes/vN/<hash>."""
     chash = corpus_hash(passages)
     root = Path(cache or os.environ.get("WHALE_CACHE") or Path.home() / ".cache" / "whale")
-    d = root / "indexes" / chash
+    d = root / "indexes" / f"v{INDEX_VERSION}" / chash  # an older layout is never reused
     if (d / "meta.json").exists():
         return BM25Index.load(d, expect_hash=chash, passages=passages)
     index = BM25Index.build(passages)
