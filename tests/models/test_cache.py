@@ -33,3 +33,12 @@ def test_cache_can_be_turned_off(tmp_path):
     assert not isinstance(build_model(cfg), CachedModel)
     cfg.cache, cfg.cache_path = True, str(tmp_path / "c.sqlite")
     assert isinstance(build_model(cfg), CachedModel)
+
+
+def test_any_backend_can_be_called_async():
+    import asyncio
+
+    from whale.models.base import achat
+
+    inner = ScriptedModel(["async reply"])
+    assert asyncio.run(achat(inner, MSG, Sampling())).text == "async reply"

@@ -66,11 +66,6 @@ class Trajectory:
     def tokens(self) -> int:
         return sum(int(c.usage.get("total_tokens", 0)) for c in self.model_calls())
 
-    @property
-    def finished(self) -> bool:
-        """ρ_run counts runs that returned an answer of the right type within budget."""
-        return self.status == "ok"
-
     # -- records ---------------------------------------------------------------------------
     def add_model_call(self, call: ModelCall) -> None:
         self.events.append({"kind": "model", **dataclasses.asdict(call)})

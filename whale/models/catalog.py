@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -148,11 +147,3 @@ def install(name: str, force: bool = False) -> Path:
         join_and_verify([Path(tmp) / p for p in m.parts], dest, m.sha256)
     return dest
 
-
-def uninstall(name: str) -> None:
-    model_path(name).unlink(missing_ok=True)
-
-
-def disk_free_mb(path: Path) -> int:
-    path.mkdir(parents=True, exist_ok=True)
-    return shutil.disk_usage(path).free // (1024 * 1024)
