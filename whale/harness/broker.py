@@ -16,7 +16,6 @@ import os
 import py_compile
 import selectors
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -41,10 +40,10 @@ def worker_file() -> str:
     compiling it on every start cost about 2 ms of each run)."""
     data = Path(WORKER_SOURCE).read_bytes()
     digest = hashlib.sha256(data).hexdigest()[:16]
-    path = (
-        Path(tempfile.gettempdir())
-        / f"whale-worker-{sys.version_info[0]}{sys.version_info[1]}-{digest}.pyc"
-    )
+    # In the user's cache, not a shared /tmp where another user could plant a file.
+    root = Path(os.environ.get("WHALE_CACHE") or Path.home() / ".cache" / "whale") / "worker"
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / f"worker-{sys.version_info[0]}{sys.version_info[1]}-{digest}.pyc"
     if not path.exists():
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         py_compile.compile(WORKER_SOURCE, cfile=str(tmp), doraise=True)
