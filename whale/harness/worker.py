@@ -16,7 +16,10 @@ import marshal
 import os
 import struct
 import sys
-from typing import Any
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing costs start-up time
+if TYPE_CHECKING:
+    from typing import Any
 
 HEADER = struct.Struct(">I")
 
