@@ -173,7 +173,11 @@ class JsonlWriter:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        torn = path.exists() and path.stat().st_size > 0 and not path.read_bytes().endswith(b"\n")
+        torn = False
+        if path.exists() and path.stat().st_size > 0:
+            with open(path, "rb") as f:
+                f.seek(-1, 2)
+                torn = f.read(1) != b"\n"
         self._f = open(path, "a", encoding="utf-8")
         if torn:  # a killed writer left half a line: end it so the next record stands alone
             self._f.write("\n")

@@ -180,3 +180,27 @@ def test_warm_workers_are_fresh_for_every_run():
     finally:
         rt.close()
     assert answers == ["False"] * 5
+
+
+def test_cpu_limit_ends_a_busy_harness_before_the_wall_timeout():
+    t0 = time.monotonic()
+    t = Runtime(model=None, budget=Budget(run_timeout_s=30), limits=Limits(cpu_s=1)).run(
+        "def run(q, env):\n    while True:\n        pass\n", "x"
+    )
+    assert t.status == "crashed" and time.monotonic() - t0 < 10
+
+
+def test_open_files_are_capped():
+    src = (
+        "def run(q, env):\n"
+        "    files = [open(f'f{i}', 'w') for i in range(200)]\n"
+        "    return str(len(files))\n"
+    )
+    t = Runtime(model=None, limits=Limits(open_files=32)).run(src, "x")
+    assert t.status == "error" and "Too many open files" in t.error
+
+
+def test_an_oversized_broker_message_kills_the_run():
+    src = "def run(q, env):\n    env.llm('x' * 3_000_000)\n    return 'x'\n"
+    t = Runtime(model=None, limits=Limits(message_bytes=1_000_000)).run(src, "x")
+    assert t.status == "killed" and "over the limit" in t.error

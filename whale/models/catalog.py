@@ -146,4 +146,3 @@ def install(name: str, force: bool = False) -> Path:
         subprocess.run(cmd, check=True)
         join_and_verify([Path(tmp) / p for p in m.parts], dest, m.sha256)
     return dest
-

@@ -34,6 +34,7 @@ class OutcomeStore:
             self._outcomes[(h, r["question_id"])] = Outcome(**r)
         self._ledger = JsonlWriter(self.dir / "outcomes.jsonl")
         self.new_rollouts = 0
+        self._trajs: dict[str, dict[str, Trajectory]] = {}
 
     @property
     def rollouts(self) -> int:
@@ -50,8 +51,12 @@ class OutcomeStore:
         return (self.dir / "harnesses" / f"{h}.py").read_text()
 
     def trajectories(self, h: str) -> dict[str, Trajectory]:
-        rows = read_jsonl(self.dir / "trajectories" / f"{h}.jsonl")
-        return {r["question_id"]: Trajectory.from_dict(r) for r in rows}
+        """Trajectories of harness `h` by question id: read from disk once, then kept current
+        as new runs finish (the parent harness is asked for every round)."""
+        if h not in self._trajs:
+            rows = read_jsonl(self.dir / "trajectories" / f"{h}.jsonl")
+            self._trajs[h] = {r["question_id"]: Trajectory.from_dict(r) for r in rows}
+        return self._trajs[h]
 
     def evaluate(
         self,
@@ -69,8 +74,11 @@ class OutcomeStore:
         if missing:
             traj_f = JsonlWriter(self.dir / "trajectories" / f"{h}.jsonl")
 
+            known = self.trajectories(h)
+
             def done(o: Outcome, t: Trajectory) -> None:
                 traj_f.write(t.to_dict())  # trajectory first: an outcome implies its trajectory
+                known[o.question_id] = t
                 self._ledger.write({"harness": h, "split": split, **asdict(o)})
                 self._outcomes[(h, o.question_id)] = o
                 self.new_rollouts += 1
