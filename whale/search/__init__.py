@@ -1,0 +1,11 @@
+"""Meta-Harness search: the on-disk archive, the proposer agent's read-only tools, the patience
+rule. (The search loop and `whale search` are issue 9's remaining work.)"""
+
+from whale.search.archive import Archive, ArchiveError, CandidateMeta
+from whale.search.patience import Patience
+from whale.search.tools import ArchiveTools, ToolCall, ToolRefused, parse_call
+
+__all__ = [
+    "Archive", "ArchiveError", "ArchiveTools", "CandidateMeta", "Patience", "ToolCall",
+    "ToolRefused", "parse_call",
+]  # fmt: skip

@@ -1,0 +1,201 @@
+"""The proposer agent's read-only tools over the archive, and the text tool protocol.
+
+Every tool takes plain JSON arguments and returns text cut to a character budget. Paths are
+relative to the archive root; an absolute path, a `..` component, or a path through a symbolic
+link (the link itself or any folder on the way) is refused with a message the agent can read,
+and never followed. `grep` is a fixed-string search (no regular expressions: an agent-written
+pattern could backtrack for minutes).
+
+The text protocol (for backends without function calling, such as the embedded llama.cpp
+models): one reply is one call,
+
+    CALL name {"json": "arguments"}
+    optional body lines (for submit: SEARCH/REPLACE blocks or a fenced full harness)
+
+Anything else is answered with a message that says what was wrong and how a call looks.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from whale.search.archive import Archive, ArchiveError
+
+TOOL_NAMES = ("list", "read", "grep", "diff", "top", "failures", "task", "submit")
+
+
+class ToolRefused(Exception):
+    """A call the agent made wrongly; the message goes back to the agent."""
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    name: str
+    args: dict[str, Any]
+    body: str = ""
+
+
+def _clip(text: str, budget: int) -> str:
+    if len(text) <= budget:
+        return text
+    return text[: max(0, budget - 60)] + f"\n…[output cut: {len(text)} chars, budget {budget}]"
+
+
+class ArchiveTools:
+    def __init__(self, archive: Archive, task_description: str, char_budget: int = 4000) -> None:
+        self.archive, self.task_description, self.budget = archive, task_description, char_budget
+        self.root = archive.root.resolve()
+
+    def call(self, c: ToolCall) -> str:
+        """Run one read-only tool; refusals and bad arguments come back as text."""
+        handlers: dict[str, Callable[[dict[str, Any]], str]] = {
+            "list": self.list, "read": self.read, "grep": self.grep, "diff": self.diff,
+            "top": self.top, "failures": self.failures, "task": lambda a: self.task_description,
+        }  # fmt: skip
+        if c.name not in handlers:
+            return f"error: unknown tool {c.name!r}; tools: {', '.join(TOOL_NAMES)}"
+        try:
+            return _clip(handlers[c.name](c.args), self.budget)
+        except (ToolRefused, ArchiveError) as e:
+            return f"error: {e}"
+
+    # -- paths -------------------------------------------------------------------------------
+    def resolve(self, rel: Any) -> Path:
+        """The archive path for `rel`, or ToolRefused. Checks each component with lstat, so a
+        symbolic link anywhere on the way is refused rather than followed."""
+        if not isinstance(rel, str):
+            raise ToolRefused("path must be a string relative to the archive")
+        if "\x00" in rel:
+            raise ToolRefused("path contains a NUL byte")
+        if rel.startswith(("/", "~")) or re.match(r"^[A-Za-z]:", rel):
+            raise ToolRefused(f"{rel!r} is outside the archive: paths are relative to it")
+        parts = [p for p in rel.replace("\\", "/").split("/") if p not in ("", ".")]
+        if ".." in parts:
+            raise ToolRefused(f"{rel!r} is outside the archive: '..' is not allowed")
+        path = self.root
+        for p in parts:
+            path = path / p
+            try:
+                mode = os.lstat(path).st_mode
+            except FileNotFoundError:
+                raise ToolRefused(f"{rel!r} does not exist") from None
+            if stat.S_ISLNK(mode):
+                raise ToolRefused(f"{rel!r} is a symbolic link; links are not followed")
+        return path
+
+    # -- tools -------------------------------------------------------------------------------
+    def list(self, args: dict[str, Any]) -> str:
+        path = self.resolve(args.get("path", "."))
+        if not path.is_dir():
+            raise ToolRefused(f"{args.get('path')!r} is not a folder")
+        rows = []
+        for p in sorted(path.iterdir()):
+            if p.name.startswith("."):
+                continue
+            st = os.lstat(p)
+            kind = "link" if stat.S_ISLNK(st.st_mode) else "dir" if p.is_dir() else "file"
+            rows.append(f"{p.name}{'/' if kind == 'dir' else ''}\t{kind}\t{st.st_size}")
+        return "\n".join(rows) or "(empty)"
+
+    def read(self, args: dict[str, Any]) -> str:
+        path = self.resolve(args.get("path"))
+        if not path.is_file():
+            raise ToolRefused(f"{args.get('path')!r} is not a file")
+        lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
+        start, end = _int(args.get("start", 1), "start"), _int(args.get("end", len(lines)), "end")
+        start, end = max(1, start), min(len(lines), end)
+        return "\n".join(f"{i:4d}  {lines[i - 1]}" for i in range(start, end + 1))
+
+    def grep(self, args: dict[str, Any]) -> str:
+        needle = args.get("pattern")
+        if not isinstance(needle, str) or not needle:
+            raise ToolRefused("grep needs a non-empty string pattern (a fixed string)")
+        base = self.resolve(args.get("path", "."))
+        files = [base] if base.is_file() else sorted(base.rglob("*"))
+        hits: list[str] = []
+        low = needle.casefold()
+        for f in files:
+            if not f.is_file() or f.is_symlink() or any(p.startswith(".") for p in f.parts):
+                continue
+            rel = f.relative_to(self.root)
+            with open(f, encoding="utf-8", errors="replace") as fh:
+                for i, line in enumerate(fh, 1):
+                    if low in line.casefold():
+                        hits.append(f"{rel}:{i}: {line.rstrip()[:200]}")
+                        if len(hits) >= 200:
+                            return "\n".join(hits) + "\n…[more matches not shown]"
+        return "\n".join(hits) or "(no match)"
+
+    def diff(self, args: dict[str, Any]) -> str:
+        a, b = str(args.get("a", "")), str(args.get("b", ""))
+        sa, sb = self.archive.source(a), self.archive.source(b)
+        return "".join(difflib.unified_diff(
+            sa.splitlines(keepends=True), sb.splitlines(keepends=True), f"{a}/harness.py",
+            f"{b}/harness.py")) or "(identical)"  # fmt: skip
+
+    def top(self, args: dict[str, Any]) -> str:
+        k = max(1, min(50, _int(args.get("k", 5), "k")))
+        rows = [f"{m.id}\tscore {m.score:.3f}\titeration {m.iteration}\tparent {m.parent_id}"
+                f"\t{m.hypothesis[:100]}" for m in self.archive.top(k)]  # fmt: skip
+        return "\n".join(rows) or "(no scored candidate yet)"
+
+    def failures(self, args: dict[str, Any]) -> str:
+        cid = str(args.get("id", ""))
+        n = max(1, min(20, _int(args.get("n", 3), "n")))
+        wrong = [o for o in self.archive.outcomes(cid) if not o.get("correct")]
+        trajs = self.archive.trajectories(cid)
+        out = [f"{cid}: {len(wrong)} failing examples; showing {min(n, len(wrong))}"]
+        for o in wrong[:n]:
+            out.append(f"\n## {o['question_id']}  status {o.get('status')}  score "
+                       f"{o.get('score')}  answer {str(o.get('answer'))[:200]!r}")  # fmt: skip
+            if o.get("error"):
+                out.append(f"error: {str(o['error'])[-400:]}")
+            t = trajs.get(o["question_id"])
+            for call in (t.model_calls() if t else [])[-2:]:
+                out.append(f"last prompt: {call.messages[-1]['content'][-300:]!r}")
+                out.append(f"reply ({call.finish_reason}): {call.text[:400]!r}")
+        return "\n".join(out)
+
+
+def _int(v: Any, name: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ToolRefused(f"{name} must be an integer")
+    return v
+
+
+_CALL = re.compile(r"^CALL[ \t]+([A-Za-z_]+)[ \t]*(\{.*\})?[ \t]*$")
+PROTOCOL_HELP = (
+    'Write exactly one call per reply: a line `CALL name {"arg": value}` (JSON arguments on '
+    "that line), then for submit the edits or the full harness on the following lines. "
+    f"Tools: {', '.join(TOOL_NAMES)}."
+)
+
+
+def parse_call(text: str) -> ToolCall:
+    """The call in a text-protocol reply, or ToolRefused saying what is wrong."""
+    lines = text.strip().split("\n")
+    at = next((i for i, line in enumerate(lines) if line.startswith("CALL")), None)
+    if at is None:
+        raise ToolRefused(f"no CALL line in the reply. {PROTOCOL_HELP}")
+    m = _CALL.match(lines[at].strip())
+    if m is None:
+        raise ToolRefused(f"malformed CALL line {lines[at][:120]!r}. {PROTOCOL_HELP}")
+    name, raw = m.group(1), m.group(2)
+    if name not in TOOL_NAMES:
+        raise ToolRefused(f"unknown tool {name!r}. {PROTOCOL_HELP}")
+    try:
+        args = json.loads(raw) if raw else {}
+    except ValueError as e:
+        msg = f"the arguments of {name} are not valid JSON ({e}). {PROTOCOL_HELP}"
+        raise ToolRefused(msg) from None
+    if not isinstance(args, dict):
+        raise ToolRefused(f"the arguments of {name} must be a JSON object. {PROTOCOL_HELP}")
+    return ToolCall(name, args, "\n".join(lines[at + 1 :]).strip("\n"))
