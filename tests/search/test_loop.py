@@ -1,0 +1,95 @@
+"""The search loop with scripted models: archive, acceptance, duplicates, patience, resume."""
+
+import json
+
+import pytest
+
+from tests.fakes import ScriptedModel
+from tests.revise.conftest import SEED, SumTask, prose_solver
+from whale.harness import Runtime
+from whale.revise.store import OutcomeStore
+from whale.search import Archive, ArchiveTools, Patience
+from whale.search.agent import ProposerAgent
+from whale.search.loop import SearchSettings, search
+
+GOOD = (
+    'CALL submit {"base": "c0000", "hypothesis": "take the last number"}\n'
+    "<<<<<<< SEARCH\n    return reply.text.strip()\n=======\n"
+    "    import re\n    return re.findall(r'-?\\d+', reply.text)[-1]\n>>>>>>> REPLACE\n"
+)
+BROKEN = GOOD.replace("    return reply.text.strip()\n=", "    return missing()\n=")
+WORSE = (
+    'CALL submit {"base": "c0000", "hypothesis": "answer zero"}\n'
+    "<<<<<<< SEARCH\n    return reply.text.strip()\n=======\n    return '0'\n>>>>>>> REPLACE\n"
+)
+
+
+def run(tmp_path, replies, iterations=2, m=2, patience=None, solver=None, agent_model=None):
+    task = SumTask()
+    qs = task.questions()[:6]
+    store = OutcomeStore(tmp_path)
+    archive = Archive(tmp_path / "archive", [q.id for q in qs])
+    model = agent_model or ScriptedModel(replies)
+    agent = ProposerAgent(model, ArchiveTools(archive, task.description))
+    try:
+        r = search(task, SEED, qs, Runtime(model=solver or prose_solver()), agent, store, archive,
+                   SearchSettings(iterations=iterations, m=m, patience=patience, workers=3))
+    finally:
+        store.close()
+    return r, archive, store, model
+
+
+def test_the_archive_best_is_accepted(tmp_path):
+    r, archive, _, _ = run(tmp_path, [GOOD, WORSE, WORSE, WORSE])
+    assert r.seed_score == 0.0 and r.accepted_id == "c0100" and r.accepted_score == 1.0
+    assert [m.id for m in archive.candidates()] == ["c0000", "c0100", "c0101", "c0200", "c0201"]
+
+
+def test_an_invalid_candidate_is_archived_with_its_reason_and_no_score(tmp_path):
+    r, archive, _, _ = run(tmp_path, [BROKEN], iterations=1, m=1)
+    bad = archive.get("c0100")
+    assert not bad.valid and "not found" in bad.reason and bad.score is None
+    assert r.iterations[0].valid == 0 and r.accepted_id == "c0000"
+
+
+def test_a_duplicate_is_not_rescored(tmp_path):
+    _, archive, store, _ = run(tmp_path, [GOOD, GOOD], iterations=1, m=2)
+    assert archive.get("c0100").hash == archive.get("c0101").hash
+    assert store.new_rollouts == 6 + 6  # the seed and one candidate, not two
+
+
+def test_patience_stops_the_search(tmp_path):
+    r, _, _, model = run(tmp_path, [WORSE], iterations=10, m=1, patience=Patience(3, 2))
+    assert len(r.iterations) == 3 and r.stopped.startswith("patience")
+    assert len(model.calls) == 3
+
+
+def test_a_resumed_search_pays_for_nothing_twice(tmp_path):
+    run(tmp_path, [GOOD, WORSE], iterations=1, m=2)
+    r, archive, store, model = run(tmp_path, [WORSE, WORSE], iterations=2, m=2)
+    # only iteration 2's agent sessions are new; their candidate repeats c0101, so no rollout
+    assert len(model.calls) == 2 and store.new_rollouts == 0 and r.accepted_id == "c0100"
+    assert [m.id for m in archive.candidates()] == ["c0000", "c0100", "c0101", "c0200", "c0201"]
+
+
+def test_a_kill_after_the_session_reuses_the_session(tmp_path):
+    class Killed(BaseException):
+        pass
+
+    def dying(messages, sampling):
+        raise Killed()
+
+    # the seed is scored; the agent's session is saved; then the solver dies while scoring
+    calls = {"n": 0}
+
+    def solver_reply(messages, sampling):
+        calls["n"] += 1
+        if calls["n"] > 6:
+            raise Killed()
+        return "The answer is 1."
+
+    with pytest.raises(Killed):
+        run(tmp_path, [GOOD], iterations=1, m=1, solver=ScriptedModel(solver_reply))
+    assert json.loads((tmp_path / "sessions/c0100.json").read_text())["ended"] == "submitted"
+    r, _, _, model = run(tmp_path, [], iterations=1, m=1, agent_model=ScriptedModel(dying))
+    assert len(model.calls) == 0 and r.accepted_id == "c0100"

@@ -1,0 +1,167 @@
+"""`search`: Meta-Harness, WHALE's harness phase (seed 000, "Harness phase").
+
+    archive = {seed: score(seed, Q_search)}
+    for j in 1..I:
+        for m in 1..M:
+            c = agent(archive, task)                   # read-only tools, then one submission
+            archive += validate(c), score(c, Q_search) # one trajectory per (candidate, example)
+        accepted = archive.best()                      # may return to an earlier candidate
+        if patience and no new best for P_h iterations after J_min: stop
+        if the rollout budget is spent: stop
+
+Every rollout goes through the OutcomeStore (so a duplicate by hash, or a resumed run, pays
+nothing twice); every agent session is saved under `sessions/` before its candidate is scored,
+so a resume reuses it. Candidate ids are fixed by (iteration, index): `c0000` is the seed,
+`cJJMM` is iteration JJ's M-th candidate, and a resumed run skips what is archived.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from whale.evaluate import EvalResult
+from whale.harness import Runtime, harness_hash
+from whale.revise.store import OutcomeStore
+from whale.search.agent import ProposerAgent, Session, Submission
+from whale.search.archive import Archive, CandidateMeta
+from whale.search.patience import Patience
+from whale.tasks import Question, Task
+
+SEED_ID = "c0000"
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    iterations: int = 6
+    m: int = 2
+    patience: Patience | None = None  # None: run all iterations (fixed budget)
+    max_rollouts: int | None = None  # the operator's budget in rollouts, counted in the store
+    workers: int = 4
+    seed: int = 0
+
+
+@dataclass
+class IterationRecord:
+    iteration: int
+    candidates: list[str]
+    valid: int
+    tool_calls: int
+    best_id: str
+    best_score: float
+    rollouts: int
+
+
+@dataclass
+class SearchResult:
+    seed_id: str
+    accepted_id: str
+    seed_hash: str
+    accepted_hash: str
+    seed_score: float
+    accepted_score: float
+    iterations: list[IterationRecord] = field(default_factory=list)
+    stopped: str = ""
+
+
+def search(
+    task: Task,
+    seed_source: str,
+    search_set: Sequence[Question],
+    runtime: Runtime,
+    agent: ProposerAgent,
+    store: OutcomeStore,
+    archive: Archive,
+    cfg: SearchSettings,
+    say: Callable[[str], None] = lambda s: None,
+) -> SearchResult:
+    sessions = store.dir / "sessions"
+    if SEED_ID not in {m.id for m in archive.candidates()}:
+        ev = store.evaluate(runtime, seed_source, task, search_set, "search", cfg.workers)
+        _archive(archive, CandidateMeta(SEED_ID, None, 0, "seed", harness_hash(seed_source),
+                                        True), seed_source, ev)  # fmt: skip
+    seed = archive.get(SEED_ID)
+    records: list[IterationRecord] = []
+    best_after: list[float] = []
+    stopped = f"{cfg.iterations} iterations"
+    for j in range(1, cfg.iterations + 1):
+        before, calls, ids = store.rollouts, 0, []
+        for i in range(cfg.m):
+            cid = f"c{j:02d}{i:02d}"
+            ids.append(cid)
+            if cid in {m.id for m in archive.candidates()}:
+                continue
+            session = _session(sessions / f"{cid}.json", agent, archive, j, i, cfg)
+            calls += len(session.calls)
+            _score_submission(cid, j, session, task, search_set, runtime, store, archive, cfg)
+        best = archive.best() or seed
+        best_after.append(best.score or 0.0)
+        valid = sum(archive.get(c).valid for c in ids)
+        records.append(IterationRecord(j, ids, valid, calls, best.id, best.score or 0.0,
+                                       store.rollouts - before))  # fmt: skip
+        say(f"iteration {j}: {valid}/{len(ids)} valid; best {best.id} ({best.score:.3f})")
+        if cfg.patience is not None and cfg.patience.should_stop(best_after, seed.score or 0.0):
+            stopped = f"patience: no new best for {cfg.patience.p_h} iterations (after {j})"
+            break
+        if cfg.max_rollouts is not None and store.rollouts >= cfg.max_rollouts:
+            stopped = f"rollout budget {cfg.max_rollouts} spent (after iteration {j})"
+            break
+    accepted = archive.best() or seed
+    assert accepted.hash is not None and seed.hash is not None
+    return SearchResult(SEED_ID, accepted.id, seed.hash, accepted.hash, seed.score or 0.0,
+                        accepted.score or 0.0, records, stopped)  # fmt: skip
+
+
+def brief(archive: Archive, iteration: int, k: int = 5) -> str:
+    """Where the search stands, as the agent's first user message."""
+    rows = [f"- {m.id}: score {m.score:.3f}, parent {m.parent_id}, hypothesis: {m.hypothesis}"
+            for m in archive.top(k)]  # fmt: skip
+    invalid = [m for m in archive.candidates() if not m.valid][-3:]
+    lines = [f"Iteration {iteration}. {len(archive)} candidates archived. Best so far:", *rows]
+    if invalid:
+        lines += ["Recent invalid candidates:", *(f"- {m.id}: {m.reason}" for m in invalid)]
+    return "\n".join(lines)
+
+
+def _session(path: Path, agent: ProposerAgent, archive: Archive, j: int, i: int,
+             cfg: SearchSettings) -> Session:  # fmt: skip
+    """The agent session for candidate (j, i): from disk when a resumed run already paid."""
+    if path.exists():
+        d = json.loads(path.read_text(encoding="utf-8"))
+        sub = d.pop("submission", None)
+        s = Session(**d)
+        s.submission = Submission(**sub) if sub else None
+        return s
+    s = agent.run(j, i, seed=cfg.seed * 100_000 + j * 100 + i, brief=brief(archive, j))
+    s.save(path)
+    return s
+
+
+def _score_submission(cid: str, j: int, session: Session, task: Task,
+                      search_set: Sequence[Question], runtime: Runtime, store: OutcomeStore,
+                      archive: Archive, cfg: SearchSettings) -> None:  # fmt: skip
+    sub = session.submission
+    if sub is None:
+        meta = CandidateMeta(cid, None, j, "", None, False, f"no submission ({session.ended})")
+        archive.add(meta, None)
+        return
+    parent = sub.base if sub.base in {m.id for m in archive.candidates()} else None
+    if not sub.valid or sub.source is None:  # Apply said why (it checks the run contract)
+        archive.add(CandidateMeta(cid, parent, j, sub.hypothesis, None, False, sub.reason), None)
+        return
+    ev = store.evaluate(runtime, sub.source, task, search_set, "search", cfg.workers)
+    meta = CandidateMeta(cid, parent, j, sub.hypothesis, harness_hash(sub.source), True)
+    _archive(archive, meta, sub.source, ev)
+
+
+def _archive(archive: Archive, meta: CandidateMeta, source: str, ev: EvalResult) -> None:
+    """Archive a scored candidate. A harness that never loads is kept, invalid, no score."""
+    if ev.outcomes and all((o.error or "").startswith("load:") for o in ev.outcomes):
+        reason = f"does not load in the sandbox: {(ev.outcomes[0].error or '')[:300]}"
+        meta = replace(meta, valid=False, reason=reason, n_scored=ev.n)
+    else:
+        meta = replace(meta, valid=True, score=ev.score, accuracy=ev.accuracy,
+                       rho_run=ev.rho_run, n_scored=ev.n)  # fmt: skip
+    archive.add(meta, source, [asdict(o) for o in ev.outcomes], ev.trajectories)
