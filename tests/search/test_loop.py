@@ -93,3 +93,23 @@ def test_a_kill_after_the_session_reuses_the_session(tmp_path):
     assert json.loads((tmp_path / "sessions/c0100.json").read_text())["ended"] == "submitted"
     r, _, _, model = run(tmp_path, [], iterations=1, m=1, agent_model=ScriptedModel(dying))
     assert len(model.calls) == 0 and r.accepted_id == "c0100"
+
+
+def test_the_search_operator_respects_its_rollout_budget(tmp_path):
+    from whale.operators import OperatorBudget
+    from whale.search.operator import SearchOperator
+
+    task = SumTask()
+    qs = task.questions()[:6]
+    store = OutcomeStore(tmp_path)
+    op = SearchOperator(tmp_path / "archives", qs, store, ScriptedModel([WORSE, GOOD]),
+                        SearchSettings(iterations=5, m=1, workers=3))
+    try:
+        source, rec = op.improve(task, Runtime(model=prose_solver()), SEED,
+                                 OperatorBudget(rollouts=12))
+    finally:
+        store.close()
+    # seed (6) + one candidate (6) spend the budget: the search stops after iteration 1
+    assert rec.rollouts == 12 and rec.iterations == 1 and "budget" in rec.stopped
+    # the one candidate ties the seed at 0.0: the earlier harness, the seed, stays accepted
+    assert source == SEED and rec.end_hash == rec.start_hash and rec.operator == "search"
