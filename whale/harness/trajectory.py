@@ -77,7 +77,9 @@ class Trajectory:
         self.events.append({"kind": "refused", "op": op, "reason": reason})
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        # Shallow: events are plain dicts already, and a deep copy (dataclasses.asdict) cost
+        # ~10 ms per candidate when the search archives 25 trajectories.
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Trajectory:
