@@ -4,7 +4,12 @@ Measured in one run, so the ratios hold on a noisy machine:
 - bare: a `python -c pass` process start;
 - isolated: a jailed run whose harness makes 10 model calls to an instant in-process backend;
 - round trip: (a 210-call run - a 10-call run) / 200;
-- worker RSS: the jailed worker's peak resident memory (ru_maxrss), read by the harness itself.
+- worker RSS: the jailed worker's peak resident memory (ru_maxrss), read by the harness itself;
+- grading (issue 8): one answer graded in process (an audited scorer, basic_arithmetic) and
+  one graded in the grading jail (countdown, whose scorer runs sympy's parse_expr: the screen,
+  the pickled request, a fork of the warm jailed grader and its reply), both medians; and the
+  one-off start of a jailed grader (import reasoning_gym, build the dataset), paid once per
+  dataset per process.
 
     python -m benchmarks.runtime_overhead [--runs 30]
 Targets (issue 2): isolation adds <= 30 ms per run, a round trip <= 1 ms, worker RSS <= 80 MB.
@@ -17,9 +22,11 @@ import statistics
 import subprocess
 import time
 
+from whale import grading
 from whale.harness import Budget, Runtime
 from whale.harness.sandbox import python_executable
 from whale.models.base import Completion
+from whale.tasks import load_task
 
 CALLS = (
     "def run(q, env):\n"
@@ -74,6 +81,26 @@ def main() -> None:
     print(f"ratio isolated / bare:           {iso / bare:8.2f}x")
     print(f"broker round trip per call:      {rtt_us:8.0f} us   target <= 1000 us")
     print(f"worker peak RSS:                 {rss_mb:8.1f} MB   target <= 80 MB")
+    grading_lines(t.sandbox, args.runs)
+
+
+def grading_lines(sandbox: str, runs: int) -> None:
+    pure = load_task("rg:basic_arithmetic", size=20, seed=0)
+    pq = pure.questions()[0]
+    pa = str(pq.reference["answer"])
+    jailed = load_task("rg:countdown", size=20, seed=0)
+    jq = jailed.questions()[0]
+    ja = str(jq.reference["answer"])
+    grading.close_all()
+    t = time.perf_counter()
+    assert grading.grade(jailed, jq, ja, sandbox).correct  # starts the jailed grader
+    start = time.perf_counter() - t
+    in_proc = median_s(lambda: grading.grade(pure, pq, pa, sandbox), max(runs, 100))
+    in_jail = median_s(lambda: grading.grade(jailed, jq, ja, sandbox), runs)
+    grading.close_all()
+    print(f"grade in process (audited):      {in_proc * 1e6:8.0f} us (median, basic_arithmetic)")
+    print(f"grade in the jail:               {in_jail * 1000:8.1f} ms (median, countdown)")
+    print(f"jailed grader start (once):      {start * 1000:8.0f} ms (per dataset per process)")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ def servers() -> list[str]:
                 args = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
         except OSError:
             continue
-        if "llama_cpp.server" in args or "llama-server" in args:
+        if any(s in args for s in ("llama_cpp.server", "llama-server", "llama_server")):
             found.append(f"{pid} {args[:160]}")
     return found
 

@@ -161,3 +161,73 @@ def test_eval_of_the_seed_qa_harness_on_generated_multihop_qa(tmp_path):
         sum(e["kind"] == "tool" and e["name"] == "retrieve" for e in t["events"]) == 2
         for t in trajs
     )
+
+
+# --- exit 2 before any run dir (issue 8) ---------------------------------------------------
+
+STUB = "stub@http://127.0.0.1:9"  # never called: each case stops before the first run
+
+
+def eval_with(tmp_path, *args):
+    return runner.invoke(app, ["eval", "--model", STUB, "--out", str(tmp_path / "r"), *args])
+
+
+def flat(r):
+    """The output with rich's line wrapping undone."""
+    return " ".join(r.output.split())
+
+
+@pytest.mark.parametrize(
+    "override, named",
+    [
+        ("n=abc", "n: expected an integer, got str 'abc'"),
+        ("workers=2.5", "workers: expected an integer, got float 2.5"),
+        ("model=abc", "model: expected a table (ModelConfig), got str 'abc'"),
+        ("runtime.sandbox=foo", "runtime.sandbox: expected one of"),
+        ("runtime.temperature=nan", "runtime.temperature: expected a finite number"),
+        ("task.size=-1", "task.size: must be at least 1"),
+    ],
+)
+def test_a_bad_set_value_exits_2_naming_the_field_and_makes_no_run_dir(tmp_path, override, named):
+    r = eval_with(tmp_path, "--set", override)
+    assert r.exit_code == 2 and named in flat(r)
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_malformed_config_file_exits_2_naming_the_file(tmp_path):
+    (tmp_path / "bad.toml").write_text("n = 3\n[task\n")
+    r = eval_with(tmp_path, "--config", str(tmp_path / "bad.toml"))
+    assert r.exit_code == 2 and "bad.toml is not valid TOML" in flat(r)
+
+
+def test_an_out_that_is_a_file_exits_2(tmp_path):
+    (tmp_path / "r").write_text("not a directory")
+    r = eval_with(tmp_path)
+    assert r.exit_code == 2 and "is not a directory" in flat(r)
+
+
+def test_an_out_below_a_file_exits_2(tmp_path):
+    (tmp_path / "f").write_text("")
+    r = runner.invoke(app, ["eval", "--model", STUB, "--out", str(tmp_path / "f" / "run")])
+    assert r.exit_code == 2 and "is not a directory" in flat(r)
+
+
+def test_mhqa_with_zero_passages_exits_2_naming_the_field(tmp_path):
+    r = eval_with(tmp_path, "--task", "mhqa", "--set", "task.config.passages=0")
+    assert r.exit_code == 2 and "task.config.passages = 0 is below the minimum, 48" in flat(r)
+
+
+def test_mhqa_refuses_an_unknown_config_field(tmp_path):
+    r = eval_with(tmp_path, "--task", "mhqa", "--set", "task.config.pasages=3000")
+    assert r.exit_code == 2 and "pasages" in flat(r)
+
+
+def test_without_nsjail_or_bubblewrap_eval_refuses_to_start(tmp_path, monkeypatch):
+    import whale.harness.sandbox as sandbox
+
+    monkeypatch.setattr(sandbox, "nsjail_binary", lambda: None)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap on it
+    r = eval_with(tmp_path, "-n", "2")
+    out = flat(r)
+    assert r.exit_code == 2 and "bubblewrap" in out and "--unsafe-no-sandbox" in out
+    assert not (tmp_path / "r").exists()

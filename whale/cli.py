@@ -14,12 +14,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from whale import config as cfgmod
+from whale import interrupts
 from whale.evaluate import EvalConfig
 from whale.harness import Trajectory, load_harness, make_runtime, seed_names
 from whale.models import CATALOG, ModelConfig, ModelError, UnknownModel, build_model, close_model
+from whale.records import RecordError
 from whale.revise.loop import summary_markdown
-from whale.revise.run import AdaptConfig, adapt_json, run_adapt, split_pools
-from whale.tasks import SplitOverlap, UnknownTask, load_task, task_ids
+from whale.revise.run import AdaptConfig, ResumeMismatch, adapt_json, run_adapt, split_pools
+from whale.tasks import EvalAlreadyRead, SplitOverlap, UnknownTask, load_task, task_ids
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
 models_app = typer.Typer(no_args_is_help=True, help="Install and list the demo models.")
@@ -29,7 +31,9 @@ out = Console()
 
 
 def fail(message: str) -> None:
-    err.print(f"[red]error:[/red] {message}")
+    from rich.markup import escape  # a message may hold brackets: "known: ['passages']"
+
+    err.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)  # paths stay whole
     raise typer.Exit(2)
 
 
@@ -37,10 +41,24 @@ def fail(message: str) -> None:
 
 
 def load_config(cls: type, config: Path | None, overrides: list[str], flags: dict[str, Any]) -> Any:
+    """The checked config (types and ranges, see whale.config), or exit 2 naming the field."""
     try:
         return cfgmod.load(cls, config, overrides, base=_nest(flags))
     except (cfgmod.ConfigError, OSError) as e:
         fail(str(e))
+
+
+def check_out(out: str | None) -> None:
+    """Exit 2 when --out (or `out`) cannot become a run directory: it, or the nearest of its
+    parents that exists, is not a directory."""
+    if out is None:
+        return
+    path = Path(out)
+    for p in (path, *path.parents):
+        if p.exists():
+            if not p.is_dir():
+                fail(f"--out {out}: {p} exists and is not a directory")
+            return
 
 
 def _nest(flags: dict[str, Any]) -> dict[str, Any]:
@@ -57,14 +75,73 @@ def _nest(flags: dict[str, Any]) -> dict[str, Any]:
 
 
 def new_run_dir(out_dir: str | None, kind: str, label: str) -> Path:
+    """A new run directory, locked for this command's life (`hold_run_dir`). `--out`: made if
+    absent, refused unless empty. Default: runs/KIND-LABEL-STAMP, made by an atomic mkdir;
+    when two commands start in the same second the later one takes a -2, -3, ... suffix."""
+    import os
+
+    from whale.records import LOCK_NAME
+
     if out_dir is None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        out_dir = f"runs/{kind}-{label.replace(':', '_').replace('/', '_')}-{stamp}"
+        base = Path("runs") / f"{kind}-{label.replace(':', '_').replace('/', '_')}-{stamp}"
+        try:
+            base.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            fail(f"cannot create {base.parent}: {e.strerror or e}")
+        for n in range(1, 1000):
+            path = base if n == 1 else base.with_name(f"{base.name}-{n}")
+            try:
+                os.mkdir(path)  # no exist_ok: of two commands, one makes it, one moves on
+            except FileExistsError:
+                continue
+            except OSError as e:
+                fail(f"cannot create run directory {path}: {e.strerror or e}")
+            hold_run_dir(path)
+            return path
+        fail(f"cannot create a run directory {base}: 999 of that name exist")
+        return base  # not reached: fail() exits
     path = Path(out_dir)
-    if path.exists() and any(path.iterdir()):
+    if path.exists() and not path.is_dir():
+        fail(f"--out {path}: exists and is not a directory")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        fail(f"--out {path}: cannot create it ({e.strerror or e})")
+    lock = hold_run_dir(path)  # before the emptiness check: no other command fills it now
+    if any(p.name != LOCK_NAME for p in path.iterdir()):
+        lock.release()
         fail(f"run directory {path} is not empty (choose a new --out)")
-    path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def hold_run_dir(path: Path) -> Any:
+    """Lock run directory `path` until this command ends (the click context closes), or exit 2
+    when another whale process holds it."""
+    from whale.records import RunDirInUse, RunLock
+
+    try:
+        lock = RunLock(path)
+    except RunDirInUse as e:
+        fail(str(e))
+    except OSError as e:
+        fail(f"{path}: cannot lock it ({e.strerror or e})")
+    _run_dir_locks.append(lock)
+    return lock
+
+
+_run_dir_locks: list[Any] = []  # released when the command ends, however it ends
+
+
+@app.callback()
+def root(ctx: typer.Context) -> None:
+    # No docstring: the app's help stays the module docstring.
+    ctx.call_on_close(_release_run_dirs)
+
+
+def _release_run_dirs() -> None:
+    while _run_dir_locks:
+        _run_dir_locks.pop().release()
 
 
 def progress() -> Progress:
@@ -98,7 +175,10 @@ def task_config(cfg: EvalConfig) -> dict[str, Any]:
 
 
 def resolve(cfg: EvalConfig, unsafe: bool) -> tuple[Any, str, Any]:
-    """Task, harness source and model of a config, or exit 2 naming the bad value."""
+    """Task, harness source and model of a config, or exit 2 naming the bad value. Checks
+    that a sandbox is there and that the task's own config builds, before any run dir."""
+    from whale.harness.sandbox import Sandbox, SandboxUnavailable
+
     if unsafe:
         cfg.runtime.sandbox = "unsafe"
     elif cfg.runtime.sandbox == "unsafe":
@@ -107,11 +187,19 @@ def resolve(cfg: EvalConfig, unsafe: bool) -> tuple[Any, str, Any]:
             "pass --unsafe-no-sandbox"
         )
     try:
+        Sandbox(cfg.runtime.sandbox).resolved()
+    except SandboxUnavailable as e:
+        fail(f"runtime.sandbox = {cfg.runtime.sandbox!r}: {e}")
+    try:
         task = load_task(
             cfg.task.id, size=cfg.task.size or cfg.n, seed=cfg.task.seed, config=task_config(cfg)
         )
     except UnknownTask as e:
         fail(str(e))
+    try:
+        task.questions()  # the family's own config is checked when its dataset is built
+    except Exception as e:  # noqa: BLE001 - whatever the family raises, before any cost
+        fail(f"task {cfg.task.id}: {type(e).__name__}: {e}")
     try:
         source = load_harness(cfg.harness)
     except FileNotFoundError as e:
@@ -160,9 +248,8 @@ def eval_cmd(
         "out": out_dir,
         "model.cache": False if no_cache else None,
     }
-    cfg: EvalConfig = load_config(EvalConfig, config, set_, flags)
-    if cfg.n < 1 or cfg.workers < 1:
-        fail(f"-n and --workers must be positive (got n={cfg.n}, workers={cfg.workers})")
+    cfg: EvalConfig = load_config(EvalConfig, config, set_, flags)  # types and ranges checked
+    check_out(cfg.out)
     task_obj, source, backend = resolve(cfg, unsafe)
     try:
         questions = task_obj.questions()[: cfg.n]
@@ -177,6 +264,7 @@ def eval_cmd(
     outcomes_f = JsonlWriter(run_dir / "outcomes.jsonl")
     traj_f = JsonlWriter(run_dir / "trajectories.jsonl")
     runtime = make_runtime(cfg.runtime, backend, workers=cfg.workers)
+    restore_signals = interrupts.install()  # Ctrl-C: keep what finished, exit 130
     try:
         with progress() as bar:
             tid = bar.add_task(f"eval {cfg.task.id}", total=len(questions))
@@ -187,7 +275,11 @@ def eval_cmd(
                 bar.advance(tid)
 
             result = evaluate(runtime, source, task_obj, questions, cfg.workers, on_done=done)
+    except KeyboardInterrupt:
+        kept = interrupts.recorded(run_dir / "outcomes.jsonl")
+        interrupts.stopped(f"{kept} of {len(questions)} rollouts recorded in {run_dir}")
     finally:
+        restore_signals()
         outcomes_f.close()
         traj_f.close()
         runtime.close()
@@ -378,9 +470,11 @@ def adapt_cmd(
     """Improve a harness from its own execution: report, propose, apply, score, select; T rounds;
     then score the seed and the final harness once on the held-out questions."""
     if resume is not None:
-        if not (resume / "config.toml").exists():
-            fail(f"--resume {resume}: no config.toml there")
-        cfg: AdaptConfig = load_config(AdaptConfig, resume / "config.toml", set_, {})
+        cfg: AdaptConfig = resume_config(resume, set_, rounds, workers, {
+            "--task": task, "--harness": harness, "--solver": solver, "--proposer": proposer,
+            "--g": g, "--select": select_rule, "--dev": dev, "--eval": n_eval,
+            "--feedback": feedback, "--seed": seed, "--out": out_dir, "--config": config,
+        })  # fmt: skip
         run_dir = resume
     else:
         flags = {
@@ -398,12 +492,9 @@ def adapt_cmd(
             "seed": seed,
             "out": out_dir,
         }
-        cfg = load_config(AdaptConfig, config, set_, flags)
+        cfg = load_config(AdaptConfig, config, set_, flags)  # types and ranges checked
+        check_out(cfg.out)
         run_dir = None  # type: ignore[assignment]
-    if cfg.select not in ("ratchet", "best-of-g"):
-        fail(f"--select {cfg.select!r}: use ratchet or best-of-g")
-    if min(cfg.rounds, cfg.g, cfg.dev, cfg.eval, cfg.feedback, cfg.workers) < 1:
-        fail("--rounds, --g, --dev, --eval, --feedback and --workers must be positive")
     ecfg = EvalConfig(
         task=cfg.task,
         harness=cfg.harness,
@@ -422,10 +513,57 @@ def adapt_cmd(
         fail(str(e))
     if run_dir is None:
         run_dir = new_run_dir(cfg.out, "adapt", f"{cfg.task.id}-{Path(cfg.harness).stem}")
-        cfgmod.save(cfg, run_dir / "config.toml")
     say = lambda s: err.print(f"[cyan]{s}[/cyan]")  # noqa: E731
-    result, meta = run_adapt(cfg, run_dir, task_obj, source, solver_model, proposer_model, say)
+    restore_signals = interrupts.install()  # Ctrl-C: keep what finished, exit 130
+    try:
+        result, meta = run_adapt(cfg, run_dir, task_obj, source, solver_model, proposer_model, say)
+    except (RecordError, ResumeMismatch, EvalAlreadyRead) as e:  # before any rollout is paid
+        fail(str(e))
+    except KeyboardInterrupt:
+        kept = interrupts.recorded(run_dir / "outcomes.jsonl")
+        interrupts.stopped(f"{kept} rollouts recorded; `whale adapt --resume {run_dir}` continues")
+    finally:
+        restore_signals()
     if as_json:
         print(json.dumps(adapt_json(result, meta)))
     else:
         out.print(summary_markdown(result, meta))
+
+
+def resume_config(
+    run_dir: Path, overrides: list[str], rounds: int | None, workers: int | None,
+    flags: dict[str, Any],
+) -> AdaptConfig:  # fmt: skip
+    """The config of `adapt --resume`: the saved config.toml with --rounds, --workers and the
+    `--set` overrides over it; exit 2 for any other flag, or for an override of a field that
+    defines the experiment (see `whale.revise.run.check_resume`)."""
+    from whale.revise.run import RESUMABLE, ResumeMismatch, check_resume, load_run_config
+
+    given = [name for name, value in flags.items() if value is not None]
+    if given:
+        fail(
+            f"--resume {run_dir}: {', '.join(given)} cannot be given with --resume (the run's "
+            "config.toml fixes the experiment); --rounds, --workers and --set of "
+            f"{', '.join(sorted(RESUMABLE))} may"
+        )
+    if not run_dir.is_dir():
+        fail(f"--resume {run_dir}: not a directory")
+    hold_run_dir(run_dir)
+    try:
+        saved = load_run_config(run_dir)
+    except RecordError as e:
+        fail(str(e))
+    tree = cfgmod.to_dict(saved)
+    tree.update({k: v for k, v in (("rounds", rounds), ("workers", workers)) if v is not None})
+    try:
+        cfg: AdaptConfig = cfgmod.load(AdaptConfig, None, overrides, base=tree)
+    except cfgmod.ConfigError as e:
+        fail(str(e))
+    try:
+        check_resume(saved, cfg, run_dir)
+    except ResumeMismatch as e:
+        fail(str(e))
+    return cfg
+
+
+from whale import cli_search  # noqa: E402, F401  - registers `whale search` on `app`

@@ -1,12 +1,23 @@
 """Config: one dataclass per command, loaded from a TOML file plus dotted overrides
-(`--set runtime.budget.model_calls=4`), saved into the run directory as `config.toml`."""
+(`--set runtime.budget.model_calls=4`), saved into the run directory as `config.toml`.
+
+Every config is checked once, here, when it is built: each value against its field's type hint
+(int, float (an int is accepted), bool, str, `X | None`, Literal, list/tuple/dict, nested
+dataclass), then each dataclass's own `validate()` (ranges: positive counts, budgets, known
+choices). Errors name the dotted field. A bool is not an int; NaN and infinite floats are
+refused everywhere (no config field means "no limit" by inf). Not covered: hints other than
+the ones above (e.g. Callable) are accepted unchecked.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import math
 import tomllib
 import types
 import typing
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -23,7 +34,7 @@ def parse_value(text: str) -> Any:
     """A TOML literal (`4`, `0.5`, `true`, `[1, 2]`, `{a = 1}`) or else the bare string."""
     try:
         return tomllib.loads(f"v = {text}")["v"]
-    except tomllib.TOMLDecodeError:
+    except ValueError:  # TOMLDecodeError, or an integer past Python's 4300-digit limit
         return text
 
 
@@ -40,45 +51,226 @@ def apply_override(tree: dict[str, Any], dotted: str) -> None:
     node[parts[-1]] = parse_value(value.strip())
 
 
-def build(cls: type[T], tree: dict[str, Any], where: str = "") -> T:
-    """Make dataclass `cls` from a nested dict, naming any unknown key."""
+def build(cls: type[T], tree: dict[str, Any], where: str = "", base: Any = None) -> T:
+    """Make dataclass `cls` from a nested dict, type-checking every value and naming any
+    unknown key. A sub-table for a field with a default (or default_factory) is applied over
+    that default, so `proposer.name = X` keeps the proposer's own timeout. `base`: an instance
+    of `cls` whose values are the starting point (else the field defaults)."""
     if not dataclasses.is_dataclass(cls):
         raise TypeError(cls)
+    if not isinstance(tree, dict):
+        raise ConfigError(f"{where.rstrip('.') or 'config'}: expected a table, got {_show(tree)}")
     hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     kwargs: dict[str, Any] = {}
+    if base is not None:
+        kwargs = {name: getattr(base, name) for name in fields}
     for key, value in tree.items():
         if key not in fields:
             raise ConfigError(f"unknown config key {where}{key!r}; known: {sorted(fields)}")
-        sub = _dataclass_of(hints[key])
+        hint = hints[key]
+        sub = _dataclass_of(hint)
         if sub is not None and isinstance(value, dict):
-            kwargs[key] = build(sub, value, f"{where}{key}.")
+            start = kwargs[key] if key in kwargs else _default_of(fields[key])
+            start = start if isinstance(start, sub) else None
+            kwargs[key] = build(sub, value, f"{where}{key}.", start)
         else:
-            kwargs[key] = value
+            kwargs[key] = check_type(hint, value, f"{where}{key}")
     try:
-        return cls(**kwargs)
+        obj = cls(**kwargs)
     except TypeError as e:
         raise ConfigError(f"{where or 'config'}: {e}") from None
+    validate = getattr(obj, "validate", None)
+    if callable(validate):
+        try:
+            validate()
+        except ValueError as e:
+            raise ConfigError(f"{where}{e}") from None
+    return obj
+
+
+def _default_of(f: dataclasses.Field[Any]) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None
 
 
 def _dataclass_of(hint: Any) -> type | None:
     if dataclasses.is_dataclass(hint) and isinstance(hint, type):
         return hint
-    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+    if _is_union(hint):
         for arg in typing.get_args(hint):
             if dataclasses.is_dataclass(arg) and isinstance(arg, type):
                 return arg
     return None
 
 
+def _is_union(hint: Any) -> bool:
+    return isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
+
+
+def check_type(hint: Any, value: Any, name: str) -> Any:
+    """`value` if it fits `hint` (an int given for a float becomes a float; a list given for a
+    tuple, a tuple), else ConfigError naming `name`, the expected type and the value."""
+    ok, converted = _fits(hint, value)
+    if ok:
+        return converted
+    if isinstance(value, float) and not math.isfinite(value) and _accepts_float(hint):
+        raise ConfigError(f"{name}: expected a finite number, got {value!r}")
+    message = f"{name}: expected {_describe(hint)}, got {_show(value)}"
+    if _accepts(hint, str) and not isinstance(value, str | dict | list):
+        message += f" (to pass it as a string, quote it: {name}='...')"
+    raise ConfigError(message)
+
+
+def _fits(hint: Any, value: Any) -> tuple[bool, Any]:
+    if hint is Any or isinstance(hint, typing.TypeVar):
+        return True, value
+    if hint is None or hint is type(None):
+        return value is None, value
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Literal:
+        return any(type(value) is type(a) and value == a for a in args), value
+    if _is_union(hint):
+        for arm in args:
+            ok, converted = _fits(arm, value)
+            if ok:
+                return True, converted
+        return False, value
+    if hint is bool:
+        return isinstance(value, bool), value
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool), value
+    if hint is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            try:
+                as_float = float(value)
+            except OverflowError:  # an int past the float range
+                return False, value
+            return math.isfinite(as_float), as_float
+        return False, value
+    if dataclasses.is_dataclass(hint) and isinstance(hint, type):
+        return isinstance(value, hint), value  # a dict is built by `build`, not here
+    container = origin or hint
+    if container in (list, tuple, set, frozenset) and isinstance(value, list | tuple):
+        if container is tuple and len(args) == 2 and args[1] is Ellipsis:
+            args = (args[0],) * len(value)
+        elif container is not tuple:
+            args = (args[0],) * len(value) if args else ()
+        if args and len(args) != len(value):
+            return False, value
+        items = []
+        for i, item in enumerate(value):
+            if args:
+                ok, item = _fits(args[i], item)
+                if not ok:
+                    return False, value
+            items.append(item)
+        return True, container(items)
+    if container is dict and isinstance(value, dict):
+        if args:
+            for k, v in value.items():
+                if not (_fits(args[0], k)[0] and _fits(args[1], v)[0]):
+                    return False, value
+        return True, value
+    if isinstance(container, type) and container not in (list, tuple, set, frozenset, dict):
+        return isinstance(value, container), value
+    if isinstance(container, type):
+        return False, value
+    return True, value  # a hint this checker does not know (see the module docstring)
+
+
+def _accepts(hint: Any, t: type) -> bool:
+    if hint is t:
+        return True
+    return _is_union(hint) and any(_accepts(a, t) for a in typing.get_args(hint))
+
+
+def _accepts_float(hint: Any) -> bool:
+    return _accepts(hint, float)
+
+
+def _describe(hint: Any) -> str:
+    if hint is type(None) or hint is None:
+        return "nothing (omit the key)"
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Literal:
+        return "one of " + ", ".join(repr(a) for a in args)
+    if _is_union(hint):
+        return " or ".join(_describe(a) for a in args if a is not type(None))
+    named = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+    if hint in named:
+        return named[hint]
+    if dataclasses.is_dataclass(hint) and isinstance(hint, type):
+        return f"a table ({hint.__name__})"
+    container = origin or hint
+    if container in (list, tuple, set, frozenset):
+        return "a list" + (f" of {_describe(args[0])}" if args else "")
+    if container is dict:
+        return "a table"
+    return getattr(hint, "__name__", str(hint))
+
+
+def _show(value: Any) -> str:
+    try:
+        text = repr(value)
+    except ValueError:  # an int too long to print
+        text = "<a very long number>"
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{type(value).__name__} {text}"
+
+
+# --- range checks, for the `validate()` methods of config dataclasses ----------------------
+
+
+def at_least(obj: Any, minimum: float, *names: str) -> None:
+    """ValueError naming the first of `names` whose value (if not None) is below `minimum`."""
+    for name in names:
+        value = getattr(obj, name)
+        if value is not None and value < minimum:
+            raise ValueError(f"{name}: must be at least {minimum} (got {value!r})")
+
+
+def above(obj: Any, minimum: float, *names: str) -> None:
+    """ValueError naming the first of `names` whose value (if not None) is not > `minimum`."""
+    for name in names:
+        value = getattr(obj, name)
+        if value is not None and not value > minimum:
+            raise ValueError(f"{name}: must be greater than {minimum} (got {value!r})")
+
+
+@contextlib.contextmanager
+def part(name: str) -> Iterator[None]:
+    """Prefix a ValueError raised inside with `name.`: checks of a nested config's fields."""
+    try:
+        yield
+    except ValueError as e:
+        raise ValueError(f"{name}.{e}") from None
+
+
+def one_of(obj: Any, name: str, choices: typing.Iterable[Any]) -> None:
+    value, allowed = getattr(obj, name), tuple(choices)
+    if value not in allowed:
+        raise ValueError(f"{name}: {value!r} is not one of {', '.join(map(repr, allowed))}")
+
+
 def load(cls: type[T], path: str | Path | None = None, overrides: list[str] | None = None,
          base: dict[str, Any] | None = None) -> T:  # fmt: skip
-    """`base` (e.g. from command-line flags) < TOML file < dotted overrides."""
+    """`base` (e.g. from command-line flags) < TOML file < dotted overrides. ConfigError names
+    a file that cannot be read or parsed, and every bad key or value."""
     tree: dict[str, Any] = {}
     _merge(tree, base or {})
     if path is not None:
-        with open(path, "rb") as f:
-            _merge(tree, tomllib.load(f))
+        try:
+            with open(path, "rb") as f:
+                _merge(tree, tomllib.load(f))
+        except OSError as e:
+            raise ConfigError(f"config file {path}: {e.strerror or e}") from None
+        except ValueError as e:  # TOMLDecodeError, bad UTF-8, an integer too long
+            raise ConfigError(f"config file {path} is not valid TOML: {e}") from None
     for o in overrides or []:
         apply_override(tree, o)
     return build(cls, tree)

@@ -8,15 +8,15 @@ score; `rho_run` is the fraction of runs that finished (status ok).
 
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
+from whale import grading, records
+from whale.config import at_least
 from whale.harness import Runtime, RuntimeConfig, Trajectory
 from whale.harness.broker import Retriever
 from whale.models import ModelConfig
@@ -34,6 +34,10 @@ class EvalConfig:
     n: int = 20
     workers: int = 4
     out: str | None = None
+
+    def validate(self) -> None:
+        """Ranges, checked by `whale.config.build` on load (types are checked there too)."""
+        at_least(self, 1, "n", "workers")
 
 
 @dataclass
@@ -108,10 +112,12 @@ class EvalResult:
 
 
 def outcome_of(task: Task, q: Question, t: Trajectory) -> Outcome:
+    """Grade a finished run. Scorers not audited as pure string handling run out of process,
+    in a jail of the run's own kind, with a timeout (`whale.grading`)."""
     calls = t.model_calls()
     truncated = any(c.finish_reason == "length" for c in calls)
     if t.status == "ok" and t.answer is not None:
-        g = task.grade(q, t.answer)
+        g = grading.grade(task, q, t.answer, sandbox=t.sandbox or "auto")
         check = getattr(task, "format_ok", None)
         fmt = bool(check(q, t.answer)) if check is not None else bool(t.answer.strip())
         score, correct, feedback = g.score, g.correct, g.feedback
@@ -146,16 +152,23 @@ def evaluate(
     on_done: Callable[[Outcome, Trajectory], None] | None = None,
 ) -> EvalResult:
     """Run `source` on each question, `workers` at a time; `on_done` is called as each ends
-    (from the calling thread, in completion order) so that callers can persist as they go."""
+    (from the calling thread, in completion order) so that callers can persist as they go.
+
+    Stopping: on KeyboardInterrupt (Ctrl-C) or SystemExit (the CLI's SIGTERM) in the calling
+    thread, no further run starts, `runtime.cancel()` kills the runs in flight, and the
+    exception is re-raised at once, without waiting for them. `on_done` is never called for a
+    run that did not finish before the interrupt (a resume runs it again, it is not recorded
+    as killed). Not covered: an interrupt that lands inside `on_done` itself stops it between
+    two of its statements (a line itself is written whole)."""
     t0 = time.monotonic()
     if retriever is None:
         retriever = getattr(task, "retriever", None)  # retrieval tasks bring their index
     results: dict[int, tuple[Outcome, Trajectory]] = {}
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        futures = {
-            pool.submit(runtime.run, source, q.prompt, q.id, retriever): i
-            for i, q in enumerate(questions)
-        }
+    pool = ThreadPoolExecutor(max_workers=max(1, workers))
+    futures: dict[Any, int] = {}
+    try:
+        for i, q in enumerate(questions):
+            futures[pool.submit(runtime.run, source, q.prompt, q.id, retriever)] = i
         for fut in as_completed(futures):
             i = futures[fut]
             traj = fut.result()  # Runtime.run never raises for a harness failure
@@ -163,44 +176,22 @@ def evaluate(
             results[i] = (out, traj)
             if on_done is not None:
                 on_done(out, traj)
+    except (KeyboardInterrupt, SystemExit):
+        pool.shutdown(wait=False, cancel_futures=True)
+        runtime.cancel()
+        raise
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
     ordered = [results[i] for i in range(len(questions))]
     return EvalResult([o for o, _ in ordered], [t for _, t in ordered], time.monotonic() - t0)
 
 
-class JsonlWriter:
-    """Append-only JSONL, flushed per record, so a killed run keeps what it paid for."""
-
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.path = path
-        torn = False
-        if path.exists() and path.stat().st_size > 0:
-            with open(path, "rb") as f:
-                f.seek(-1, 2)
-                torn = f.read(1) != b"\n"
-        self._f = open(path, "a", encoding="utf-8")
-        if torn:  # a killed writer left half a line: end it so the next record stands alone
-            self._f.write("\n")
-
-    def write(self, record: dict[str, Any]) -> None:
-        self._f.write(json.dumps(record, ensure_ascii=False) + "\n")
-        self._f.flush()
-
-    def close(self) -> None:
-        self._f.close()
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Read records, skipping a torn last line from a killed writer."""
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return out
+# The record files live in whale.records; re-exported here, where callers have found them.
+JsonlWriter = records.JsonlWriter
+RecordError = records.RecordError
+read_jsonl = records.read_jsonl
 
 
 def outcome_record(o: Outcome) -> dict[str, Any]:

@@ -1,7 +1,12 @@
+import shutil
+
 import pytest
 
 from tests.fakes import ScriptedModel
 from whale.harness import Budget, Limits, Runtime
+from whale.harness.sandbox import Sandbox, nsjail_binary
+
+_AVAILABLE = {"nsjail": nsjail_binary() is not None, "bwrap": shutil.which("bwrap") is not None}
 
 
 @pytest.fixture
@@ -9,7 +14,20 @@ def model():
     return ScriptedModel()
 
 
+@pytest.fixture(params=["nsjail", "bwrap"])
+def sandbox(request) -> str:
+    """Each jail backend by name; a test taking it runs once per backend (CI has both)."""
+    if not _AVAILABLE[request.param]:
+        pytest.skip(f"{request.param} is not installed")
+    return request.param
+
+
 @pytest.fixture
-def runtime(model):
-    """An nsjail runtime with short timeouts so the hostile-harness tests stay fast."""
-    return Runtime(model=model, budget=Budget(run_timeout_s=5.0), limits=Limits(cpu_s=10))
+def runtime(model, sandbox):
+    """A runtime on `sandbox` with short timeouts so the hostile-harness tests stay fast."""
+    return Runtime(
+        model=model,
+        budget=Budget(run_timeout_s=5.0),
+        limits=Limits(cpu_s=10),
+        sandbox=Sandbox(sandbox),
+    )

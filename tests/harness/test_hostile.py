@@ -5,6 +5,7 @@ import time
 import uuid
 
 from whale.harness import Budget, Limits, Runtime
+from whale.harness.sandbox import Sandbox
 
 
 def test_syntax_error_is_a_load_error(runtime):
@@ -27,14 +28,14 @@ def test_raising_harness_records_the_exception(runtime):
     assert t.status == "error" and "ValueError: nope x" in t.error
 
 
-def test_infinite_loop_times_out():
-    rt = Runtime(model=None, budget=Budget(run_timeout_s=1.0))
+def test_infinite_loop_times_out(sandbox):
+    rt = Runtime(model=None, sandbox=Sandbox(sandbox), budget=Budget(run_timeout_s=1.0))
     t0 = time.monotonic()
     t = rt.run("def run(q, env):\n    while True:\n        pass\n", "x")
     assert t.status == "timeout" and time.monotonic() - t0 < 4
 
 
-def test_timeout_kills_the_whole_process_tree():
+def test_timeout_kills_the_whole_process_tree(sandbox):
     marker = f"whale-{uuid.uuid4().hex}"
     src = (
         "import subprocess, sys, time\n"
@@ -42,7 +43,8 @@ def test_timeout_kills_the_whole_process_tree():
         f"    subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', '{marker}'])\n"
         "    time.sleep(60)\n"
     )
-    t = Runtime(model=None, budget=Budget(run_timeout_s=1.5)).run(src, "x")
+    rt = Runtime(model=None, sandbox=Sandbox(sandbox), budget=Budget(run_timeout_s=1.5))
+    t = rt.run(src, "x")
     assert t.status == "timeout"
     time.sleep(0.2)
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
@@ -54,7 +56,7 @@ def test_allocating_8gb_fails_inside_the_jail(runtime):
     assert t.status == "error" and "MemoryError" in t.error
 
 
-def test_fork_bomb_is_contained():
+def test_fork_bomb_is_contained(sandbox):
     src = (
         "import os\n"
         "def run(q, env):\n"
@@ -67,9 +69,12 @@ def test_fork_bomb_is_contained():
         "    except OSError as e:\n"
         "        return f'stopped after {n}: {e.errno}'\n"
     )
-    t = Runtime(model=None, budget=Budget(run_timeout_s=10), limits=Limits(processes=16)).run(
-        src, "x"
-    )
+    t = Runtime(
+        model=None,
+        sandbox=Sandbox(sandbox),
+        budget=Budget(run_timeout_s=10),
+        limits=Limits(processes=16),
+    ).run(src, "x")
     assert t.status == "ok"
     forks = int(t.answer.split()[2].rstrip(":"))
     assert forks < 16
@@ -87,7 +92,7 @@ def test_writing_1gb_fails_with_a_file_size_error(runtime):
     assert t.status == "error" and ("File too large" in t.error or "No space" in t.error)
 
 
-def test_scratch_folder_total_size_is_capped():
+def test_scratch_folder_total_size_is_capped(sandbox):
     src = (
         "def run(q, env):\n"
         "    for i in range(64):\n"
@@ -95,7 +100,7 @@ def test_scratch_folder_total_size_is_capped():
         "            f.write(b'x' * (8 << 20))\n"
         "    return 'wrote'\n"
     )
-    t = Runtime(model=None, limits=Limits(scratch_mb=32)).run(src, "x")
+    t = Runtime(model=None, sandbox=Sandbox(sandbox), limits=Limits(scratch_mb=32)).run(src, "x")
     assert t.status == "error" and "No space left" in t.error
 
 
@@ -164,7 +169,7 @@ def test_forged_broker_message_is_not_recorded_as_a_model_call(runtime):
     assert t.model_calls() == []
 
 
-def test_warm_workers_are_fresh_for_every_run():
+def test_warm_workers_are_fresh_for_every_run(sandbox):
     # A pooled worker has run nothing before its run: state left by one run is never seen
     # by the next.
     src = (
@@ -174,7 +179,7 @@ def test_warm_workers_are_fresh_for_every_run():
         "    open('mark', 'w').write('x')\n"
         "    return str(seen)\n"
     )
-    rt = Runtime(model=None, warm=2)
+    rt = Runtime(model=None, sandbox=Sandbox(sandbox), warm=2)
     try:
         answers = [rt.run(src, "x").answer for _ in range(5)]
     finally:
@@ -182,25 +187,29 @@ def test_warm_workers_are_fresh_for_every_run():
     assert answers == ["False"] * 5
 
 
-def test_cpu_limit_ends_a_busy_harness_before_the_wall_timeout():
+def test_cpu_limit_ends_a_busy_harness_before_the_wall_timeout(sandbox):
     t0 = time.monotonic()
-    t = Runtime(model=None, budget=Budget(run_timeout_s=30), limits=Limits(cpu_s=1)).run(
-        "def run(q, env):\n    while True:\n        pass\n", "x"
-    )
+    t = Runtime(
+        model=None,
+        sandbox=Sandbox(sandbox),
+        budget=Budget(run_timeout_s=30),
+        limits=Limits(cpu_s=1),
+    ).run("def run(q, env):\n    while True:\n        pass\n", "x")
     assert t.status == "crashed" and time.monotonic() - t0 < 10
 
 
-def test_open_files_are_capped():
+def test_open_files_are_capped(sandbox):
     src = (
         "def run(q, env):\n"
         "    files = [open(f'f{i}', 'w') for i in range(200)]\n"
         "    return str(len(files))\n"
     )
-    t = Runtime(model=None, limits=Limits(open_files=32)).run(src, "x")
+    t = Runtime(model=None, sandbox=Sandbox(sandbox), limits=Limits(open_files=32)).run(src, "x")
     assert t.status == "error" and "Too many open files" in t.error
 
 
-def test_an_oversized_broker_message_kills_the_run():
+def test_an_oversized_broker_message_kills_the_run(sandbox):
     src = "def run(q, env):\n    env.llm('x' * 3_000_000)\n    return 'x'\n"
-    t = Runtime(model=None, limits=Limits(message_bytes=1_000_000)).run(src, "x")
+    rt = Runtime(model=None, sandbox=Sandbox(sandbox), limits=Limits(message_bytes=1_000_000))
+    t = rt.run(src, "x")
     assert t.status == "killed" and "over the limit" in t.error

@@ -1,10 +1,12 @@
 """The nested python tool has limits of its own and runs in its own jail."""
 
 from whale.harness import PythonToolLimits, Runtime
+from whale.harness.sandbox import Sandbox
 
 
-def run_code(code, timeout=None, **limits):
-    return Runtime(model=None, python_limits=PythonToolLimits(**limits)).run_python(code, timeout)
+def run_code(code, timeout=None, sandbox="auto", **limits):
+    rt = Runtime(model=None, sandbox=Sandbox(sandbox), python_limits=PythonToolLimits(**limits))
+    return rt.run_python(code, timeout)
 
 
 def test_returns_stdout_stderr_and_exception():
@@ -46,3 +48,22 @@ def test_harness_scratch_is_not_shared_with_the_tool():
     )
     t = Runtime(model=None).run(src, "x")
     assert t.status == "ok" and "note.txt" not in t.answer
+
+
+def test_code_over_128kb_runs(sandbox):
+    # One argv string may not pass 128 KB (E2BIG): the code goes to the interpreter by stdin.
+    code = "a = 0\n" + "a += 1\n" * 30_000 + "print(a)\n"
+    assert len(code) > 200_000
+    r = run_code(code, sandbox=sandbox)
+    assert r["stdout"] == "30000\n" and r["error"] is None
+
+
+def test_code_sees_an_empty_stdin(sandbox):
+    # Its own source came by stdin: nothing of it is left there for the code to read.
+    r = run_code("import sys\nprint(repr(sys.stdin.read()))", sandbox=sandbox)
+    assert r["stdout"] == "''\n" and r["error"] is None
+
+
+def test_a_nul_byte_is_a_syntax_error_of_the_code(sandbox):
+    r = run_code("print(1)\0", sandbox=sandbox)
+    assert "SyntaxError" in r["error"] and "null bytes" in r["error"]

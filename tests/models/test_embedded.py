@@ -1,12 +1,21 @@
 """The embedded llama.cpp backend against a real server on a real GGUF (SmolLM2-135M)."""
 
 import subprocess
+import threading
+import time
 
 import pytest
 
 from tests.conftest import require_model
 from whale.harness import Runtime, load_harness
-from whale.models import ContextOverflow, EmbeddedLlama, ModelConfig, Sampling, build_model
+from whale.models import (
+    ContextOverflow,
+    EmbeddedLlama,
+    ModelConfig,
+    ModelError,
+    Sampling,
+    build_model,
+)
 
 pytestmark = pytest.mark.model
 
@@ -56,3 +65,37 @@ def test_a_harness_calls_the_real_model_through_the_broker(tmp_path):
     finally:
         model.close()
     assert t.status == "ok" and t.model_calls()[0].usage["completion_tokens"] > 0
+
+
+def test_a_closed_model_refuses_calls_and_does_not_restart_its_server():
+    # Ctrl-C closes the models while runs are still in flight: none may start a new server.
+    m = EmbeddedLlama(require_model("smollm2-135m"), n_ctx=256, threads=1)
+    m.chat([{"role": "user", "content": "hi"}], Sampling(max_tokens=2))
+    m.close()
+    with pytest.raises(ModelError, match="closed"):
+        m.chat([{"role": "user", "content": "hi"}], Sampling(max_tokens=2))
+    assert m._proc is None and not m.started
+
+
+def test_close_fails_the_call_in_flight_and_the_queued_calls_at_once():
+    m = EmbeddedLlama(require_model("smollm2-135m"), n_ctx=512, threads=1)
+    m.start()
+    long = [{"role": "user", "content": "Count from 1 to 1000, one number per line."}]
+    errors: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            m.chat(long, Sampling(max_tokens=400))
+        except ModelError as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=call) for _ in range(4)]
+    for t in threads:
+        t.start()
+    time.sleep(1.0)  # one call decoding, three waiting for their turn
+    t0 = time.monotonic()
+    m.close()
+    for t in threads:
+        t.join(timeout=10)
+    took = time.monotonic() - t0
+    assert len(errors) == 4 and took < 1.5, f"{len(errors)} calls failed, after {took:.1f} s"

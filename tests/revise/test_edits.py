@@ -140,3 +140,58 @@ def test_a_block_repeated_word_for_word_counts_once():
     b = block("    return reply.text.strip()", "    return reply.text")
     r = apply_edits(PARENT, b + "\n" + b)
     assert r.ok and r.n_edits == 1
+
+
+def test_search_does_not_match_inside_a_longer_line():
+    # The input: SEARCH `x = 1` against a parent line `x = 10` applied and gave `x = 20`.
+    parent = "def run(question, env):\n    x = 10\n    return str(x)\n"
+    r = apply_edits(parent, block("    x = 1", "    x = 2"))
+    assert not r.ok and r.source == parent
+    assert "not found" in r.reason and "only inside longer lines" in r.reason
+
+
+def test_search_does_not_match_the_tail_of_a_line():
+    parent = "def run(question, env):\n    y = x = 1\n    return str(y)\n"
+    r = apply_edits(parent, block("x = 1", "x = 2"))
+    assert not r.ok and "only inside longer lines" in r.reason
+
+
+def test_trailing_whitespace_is_ignored_when_matching():
+    parent = "def run(question, env):  \n    return 'a'\t\n"
+    new = "def run(question, env):\n    return 'b'"
+    r = apply_edits(parent, block("def run(question, env):\n    return 'a'   ", new))
+    assert r.ok and r.source == new + "\n"
+
+
+def test_crlf_proposal_matches_lf_parent_lines():
+    p = block("    return reply.text.strip()", "    return reply.text").replace("\n", "\r\n")
+    r = apply_edits(PARENT, p)
+    assert r.ok and r.source.endswith("    return reply.text\n") and "\r" not in r.source
+
+
+def test_parent_without_final_newline_matches_its_last_line_and_keeps_no_newline():
+    parent = PARENT.rstrip("\n")
+    r = apply_edits(parent, block("    return reply.text.strip()", "    return reply.text"))
+    assert r.ok and r.source.endswith("    return reply.text")
+
+
+def test_empty_replace_deletes_the_lines_and_a_blank_replace_leaves_one_blank_line():
+    parent = "def run(question, env):\n    x = 1\n    return 'a'\n"
+    gone = apply_edits(parent, "<<<<<<< SEARCH\n    x = 1\n=======\n>>>>>>> REPLACE\n")
+    blank = apply_edits(parent, "<<<<<<< SEARCH\n    x = 1\n=======\n\n>>>>>>> REPLACE\n")
+    assert gone.source == "def run(question, env):\n    return 'a'\n"
+    assert blank.source == "def run(question, env):\n\n    return 'a'\n"
+
+
+def test_fenced_pair_follows_the_whole_line_rule():
+    # Before: the first snippet `x = 1` was found inside `x = 10` and the pair applied.
+    parent = "def run(question, env):\n    x = 10\n    return str(x)\n"
+    p = "```python\n    x = 1\n```\nReplace with:\n```python\n    x = 2\n```\n"
+    r = apply_edits(parent, p)
+    assert not r.ok and r.source == parent and r.mode != "fenced-pair"
+
+
+def test_a_line_repeated_as_part_of_longer_lines_still_matches_once():
+    parent = "def run(question, env):\n    x = 1\n    xs = [x] * 10\n    x = 10\n    return 'a'\n"
+    r = apply_edits(parent, block("    x = 1", "    x = 2"))
+    assert r.ok and "    x = 2\n    xs = [x] * 10\n    x = 10\n" in r.source

@@ -104,3 +104,22 @@ def test_report_never_sees_scoring_or_eval_questions(task, tmp_path):
     report = (tmp_path / "round_01" / "report.md").read_text()
     held = [q.prompt for q in task.questions()[10:20]]
     assert not any(p in report for p in held)
+
+
+def test_the_revise_operator_improves_without_reading_an_eval_split(task, tmp_path):
+    from whale.operators import OperatorBudget
+    from whale.revise.operator import ReviseOperator
+
+    qs = task.questions()[:10]
+    store = OutcomeStore(tmp_path)
+    op = ReviseOperator(tmp_path / "phases", qs, qs, store, Proposer(ScriptedModel([GOOD_EDIT])),
+                        LoopSettings(rounds=3, g=1, feedback=4, workers=4))
+    try:
+        source, rec = op.improve(task, Runtime(model=prose_solver()), SEED,
+                                 OperatorBudget(iterations=1))
+    finally:
+        store.close()
+    assert rec.operator == "revise" and rec.iterations == 1
+    assert rec.start_score == 0.0 and rec.end_score == 1.0 and "re.findall" in source
+    assert (tmp_path / "phases/phase_01/round_01/decision.json").exists()
+    assert not (tmp_path / "eval_read.json").exists()

@@ -6,9 +6,13 @@ import os
 import signal
 import time
 
+import pytest
+
 from tests.fakes import ScriptedModel
 from tests.revise.conftest import GOOD_EDIT, SEED, SumTask
 from whale.harness import Runtime
+from whale.models.base import ModelTimeout
+from whale.records import RecordError
 from whale.revise.loop import LoopSettings, adapt
 from whale.revise.proposer import Proposer
 from whale.revise.store import OutcomeStore
@@ -27,14 +31,14 @@ def slow_solver():
     return ScriptedModel(reply, delay_s=0.05)
 
 
-def run(tmp_path, proposer):
+def run(tmp_path, proposer, settings=SETTINGS):
     task = SumTask()
     qs = task.questions()
     store = OutcomeStore(tmp_path)
     try:
         return adapt(
             task, SEED, qs[:10], qs[:10], SealedSplit(qs[10:20], tmp_path / "eval_read.json"),
-            Runtime(model=slow_solver()), Proposer(proposer), store, SETTINGS,
+            Runtime(model=slow_solver()), Proposer(proposer), store, settings,
         )  # fmt: skip
     finally:
         store.close()
@@ -75,3 +79,32 @@ def test_resume_after_kill_mid_round_scores_no_candidate_twice(tmp_path):
     assert after[: len(before)] == before
     assert len(proposer.calls) == SETTINGS.g  # only round 2 was proposed again
     assert result.final_eval.accuracy == 1.0
+
+
+def test_a_timed_out_proposal_is_asked_again_on_resume(tmp_path):
+    settings = LoopSettings(rounds=1, g=2, select="ratchet", feedback=4, workers=2)
+
+    def first(messages, sampling):  # round 1's proposal 0 (seed 1000) times out
+        if sampling.seed == 1000:
+            raise ModelTimeout("no reply within 600.0 s")
+        return GOOD_EDIT
+
+    r1 = run(tmp_path, ScriptedModel(first), settings)
+    assert [c.reason.startswith("proposer: ModelTimeout") for c in r1.rounds[0].candidates] == [
+        True, False,
+    ]  # fmt: skip
+    kept = json.loads((tmp_path / "round_01" / "proposals.json").read_text())
+    assert [p["index"] for p in kept] == [1]  # only the finished proposal is stored
+    again = ScriptedModel([GOOD_EDIT])
+    r2 = run(tmp_path, again, settings)
+    assert [s.seed for _, s in again.calls] == [1000]  # the timed-out one, with its own seed
+    assert all(c.valid for c in r2.rounds[0].candidates)
+
+
+def test_a_cut_proposals_file_is_an_error_naming_it(tmp_path):
+    settings = LoopSettings(rounds=1, g=1, select="ratchet", feedback=4, workers=2)
+    run(tmp_path, ScriptedModel([GOOD_EDIT]), settings)
+    path = tmp_path / "round_01" / "proposals.json"
+    path.write_bytes(path.read_bytes()[:25])
+    with pytest.raises(RecordError, match=r"round_01/proposals\.json: not valid JSON"):
+        run(tmp_path, ScriptedModel([GOOD_EDIT]), settings)

@@ -113,3 +113,16 @@ def test_the_search_operator_respects_its_rollout_budget(tmp_path):
     assert rec.rollouts == 12 and rec.iterations == 1 and "budget" in rec.stopped
     # the one candidate ties the seed at 0.0: the earlier harness, the seed, stays accepted
     assert source == SEED and rec.end_hash == rec.start_hash and rec.operator == "search"
+
+
+def test_a_candidate_that_hard_codes_search_answers_is_invalid_and_unscored(tmp_path):
+    echo = (
+        'CALL submit {"base": "c0000", "hypothesis": "look up"}\n'
+        "<<<<<<< SEARCH\n    return reply.text.strip()\n=======\n"
+        "    table = {'What is 1 + 3?': '4', 'What is 2 + 5?': '7', 'What is 3 + 7?': '10'}\n"
+        "    return table.get(question, reply.text.strip())\n>>>>>>> REPLACE\n"
+    )
+    _, archive, store, _ = run(tmp_path, [echo], iterations=1, m=1)
+    c = archive.get("c0100")
+    assert not c.valid and c.reason.startswith("answer echo") and c.score is None
+    assert store.new_rollouts == 6  # the seed only

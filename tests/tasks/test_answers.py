@@ -1,6 +1,12 @@
 import pytest
 
-from whale.tasks.answers import em_f1, normalize_answer, numbers_match, parse_number
+from whale.tasks.answers import (
+    contains_answer,
+    em_f1,
+    normalize_answer,
+    numbers_match,
+    parse_number,
+)
 
 
 @pytest.mark.parametrize(
@@ -46,3 +52,25 @@ def test_numbers_match(a, b):
 
 def test_different_numbers_do_not_match():
     assert not numbers_match("41", "42") and parse_number("forty") is None
+
+
+def test_contains_answer_needs_whole_words():
+    # The old gold-snippet test was a bare substring test: "paris" in "comparisons".
+    assert not contains_answer("Comparisons of European capitals", "Paris")
+
+
+def test_contains_answer_finds_a_normalized_multiword_answer():
+    assert contains_answer("In 1912, the R.M.S. Titanic sank.", "the Titanic")
+    assert not contains_answer("anything", "")
+
+
+def test_a_huge_exponent_is_not_read_as_a_number_and_returns_at_once():
+    import time
+
+    from whale.tasks.answers import numbers_match, parse_number
+
+    t = time.monotonic()
+    assert parse_number("1e999999999") is None and parse_number("1" * 5000) is None
+    assert not numbers_match("1e999999999", "10")
+    assert time.monotonic() - t < 0.5
+    assert parse_number("1.5e3") == 1500

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from whale.tasks import load_task
 from whale.tasks.judged import rubric_grade
 
@@ -87,3 +89,48 @@ def test_llm_judge_decides_and_falls_back_to_rules_on_a_bad_reply():
     assert odd.correct and "judge said 'maybe'" in odd.feedback
     boom = RubricJudge(lambda p: 1 / 0).grade("q", "Lyon", "Paris", [])
     assert not boom.correct and "judge failed" in boom.feedback
+
+
+@pytest.mark.parametrize("title", ["No Country for Old Men", "Never Let Me Go"])
+def test_an_exact_title_with_a_negation_word_is_accepted(title):
+    # Before: the negation rule ran first and called these a "contradictory entity".
+    g = rubric_grade(title, title)
+    assert g.correct and g.feedback == "accept: exact"
+
+
+def test_an_exact_title_with_a_no_commitment_word_is_accepted():
+    # Before: "unknown" tripped the no-commitment rule first.
+    g = rubric_grade("The Unknown Soldier", "The Unknown Soldier")
+    assert g.correct and g.feedback == "accept: exact"
+
+
+def test_an_alias_with_a_negation_word_is_accepted():
+    g = rubric_grade("Never Let Me Go", "NLMG", ["Never Let Me Go"])
+    assert g.correct and g.feedback == "accept: alias"
+
+
+def test_a_negation_outside_a_title_is_still_a_contradiction():
+    g = rubric_grade("not Never Let Me Go", "Never Let Me Go")
+    assert not g.correct and g.feedback == "reject: contradictory entity"
+
+
+def test_unknown_is_still_no_commitment_when_it_is_not_the_answer():
+    g = rubric_grade("unknown", "The Unknown Soldier")
+    assert not g.correct and g.feedback == "reject: no commitment"
+
+
+def test_searchqa_gold_snippets_need_the_answer_as_whole_words(tmp_path):
+    # Before: "paris" in "comparisons" made snippet 1 answer-bearing, inflating retrieval accuracy.
+    rec = {
+        "id": "8",
+        "question": "This city is the capital of France",
+        "answer": "Paris",
+        "search_results": [
+            {"title": "A", "snippet": "Paris is the capital."},
+            {"title": "B", "snippet": "Comparisons of European capitals."},
+        ],
+    }
+    path = tmp_path / "s.jsonl"
+    path.write_text(json.dumps(rec) + "\n")
+    (q,) = load_task(f"searchqa:{path}").questions()
+    assert q.reference["supporting"] == ["q8-s0"]

@@ -82,3 +82,37 @@ def test_grading_is_em_for_correct_and_f1_for_score(task):
 def test_task_id_mhqa_loads_with_seed_and_size():
     t = load_task("mhqa", size=7, seed=2, config={"passages": SMALL})
     assert len(t.questions()) == 7 and t.questions()[0].id == "mhqa:2:0"
+
+
+# --- limits (issue 8: asked for more questions than the world holds, it looped forever) ----
+
+
+def test_a_world_can_be_drawn_to_exactly_its_capacity():
+    world = World(0, WorldSize().scaled(48))
+    n = world.capacity()
+    assert len({q.prompt for q in generated_task(seed=0, size=n, passages=48).questions()}) == n
+
+
+def test_asking_past_the_capacity_raises_naming_the_limit():
+    limit = World(0, WorldSize().scaled(48)).capacity()
+    with pytest.raises(ValueError, match=f"asked for 2005 questions.* at most {limit} distinct"):
+        generated_task(seed=0, size=2005, passages=48)
+
+
+@pytest.mark.parametrize("passages", [0, 8, 47, -5])
+def test_a_world_below_the_minimum_is_refused_not_clamped(passages):
+    with pytest.raises(ValueError, match=f"task.config.passages = {passages} is below the minimum"):
+        generated_task(seed=0, size=5, passages=passages)
+
+
+@pytest.mark.parametrize("size", [0, -1])
+def test_a_non_positive_size_is_refused(size):
+    with pytest.raises(ValueError, match="size must be a positive integer"):
+        generated_task(seed=0, size=size, passages=SMALL)
+
+
+def test_load_task_refuses_a_non_positive_size():
+    from whale.tasks import UnknownTask
+
+    with pytest.raises(UnknownTask, match="size must be a positive integer"):
+        load_task("mhqa", size=-1, config={"passages": SMALL})

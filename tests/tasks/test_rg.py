@@ -1,8 +1,12 @@
-"""The Reasoning Gym adapter over every family the package offers."""
+"""The Reasoning Gym adapter over every family the package offers.
+
+Grading goes through `whale.grading.grade`, as the evaluator's does: in process for the audited
+scorers, in the grading jail for the others (whose `task.grade` refuses to run them here)."""
 
 import pytest
 
-from whale.tasks import UnknownTask, load_task
+from whale import grading
+from whale.tasks import UnknownTask, load_task, rg
 from whale.tasks.rg import families
 
 WRONG = "\u2603 definitely not the answer \u2603"
@@ -14,6 +18,12 @@ CONFIGS = {
         ]
     }
 }
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _close_graders():
+    yield
+    grading.close_all()  # leave no jailed grader running after these tests
 
 
 def test_there_are_over_100_families():
@@ -28,8 +38,9 @@ def test_family_grades_reference_right_and_nonsense_wrong(family):
     for q in qs:
         ref = q.reference["answer"]
         if ref is not None:
-            assert task.grade(q, str(ref)).correct, f"{family}: reference graded wrong"
-        wrong = task.grade(q, WRONG)
+            got = grading.grade(task, q, str(ref))
+            assert got.correct, f"{family}: reference graded wrong: {got}"
+        wrong = grading.grade(task, q, WRONG)
         assert not wrong.correct and wrong.score < 1.0
 
 
@@ -40,7 +51,7 @@ def test_family_with_no_reference_answer_is_graded_by_the_scorer():
         task = load_task(f"rg:{family}", size=1, seed=0, config=CONFIGS.get(family))
         if task.questions()[0].reference["answer"] is None:
             none_families.append(family)
-            assert not task.grade(task.questions()[0], WRONG).correct
+            assert not grading.grade(task, task.questions()[0], WRONG).correct
     assert none_families, "expected at least one family without a single reference answer"
 
 
@@ -87,3 +98,25 @@ def test_game_of_life_halting_rejects_the_opposite_word():
     for q in task.questions():
         opposite = "False" if q.reference["answer"] == "True" else "True"
         assert not task.grade(q, opposite).correct
+
+
+@pytest.mark.parametrize("family", sorted(rg.JAILED))
+def test_jailed_family_refuses_to_grade_in_process(family):
+    task = load_task(f"rg:{family}", size=1, seed=0, config=CONFIGS.get(family))
+    with pytest.raises(rg.GradeInJail, match=f"rg:{family} is graded out of process"):
+        task.grade(task.questions()[0], "1")
+
+
+def test_composite_screens_each_entry_by_its_own_family():
+    # A composite of countdown: the entry's source family decides the screen.
+    config = {"datasets": [{"name": "countdown", "weight": 1, "config": {}}]}
+    task = load_task("rg:composite", size=2, seed=0, config=config)
+    q = task.questions()[0]
+    spec = task.jailed_grading(q, 'exec("import os") or 1')
+    assert spec is not None and spec.screen == "sympy"
+    assert grading.grade(task, q, 'exec("import os") or 1').feedback == grading.REJECTED
+
+
+def test_config_that_is_not_plain_data_is_refused():
+    with pytest.raises(UnknownTask, match="plain data"):
+        load_task("rg:basic_arithmetic", config={"min_terms": object()})

@@ -2,7 +2,8 @@ import random
 
 import pytest
 
-from whale.tasks import Question, SplitOverlap, check_disjoint, split
+from whale.records import RecordError
+from whale.tasks import EvalAlreadyRead, Question, SealedSplit, SplitOverlap, check_disjoint, split
 
 
 def q(i, text):
@@ -35,3 +36,21 @@ def test_split_drops_duplicate_texts_before_drawing():
 def test_split_refuses_a_pool_too_small():
     with pytest.raises(ValueError, match="pool has 3"):
         split([q(i, f"x{i}") for i in range(3)], {"a": 2, "b": 2}, random.Random(0))
+
+
+def test_a_sealed_split_is_not_reopened_for_other_questions(tmp_path):
+    # issue 8: resumed with another seed or split size, the same harnesses read other questions
+    pool = [q(i, f"question number {i}") for i in range(20)]
+    SealedSplit(pool[:5], tmp_path / "eval_read.json").open("final", ["a", "b"])
+    other = SealedSplit(pool[5:10], tmp_path / "eval_read.json")
+    with pytest.raises(EvalAlreadyRead, match="with other questions"):
+        other.open("final", ["a", "b"])
+
+
+def test_a_cut_eval_read_record_is_an_error_naming_it(tmp_path):
+    pool = [q(i, f"question number {i}") for i in range(5)]
+    s = SealedSplit(pool, tmp_path / "eval_read.json")
+    s.open("final", ["a"])
+    (tmp_path / "eval_read.json").write_text('{"purpose": "fin')
+    with pytest.raises(RecordError, match=r"eval_read\.json: not valid JSON"):
+        s.open("final", ["a"])

@@ -4,6 +4,13 @@ Every `env.llm` / `env.tools.*` call arrives over a pipe; the broker checks the 
 the call (model backend, nested python sandbox, retriever), appends the event to the
 trajectory and replies. A run ends with one of the statuses of `trajectory.STATUSES`; a bad
 harness is data, never an exception out of `Runtime.run`.
+
+Before a worker starts, the source is checked against the `run` contract (contract.py; a
+fault is status `error`, "load: ..."). The parent never blocks on the harness: replies are
+written to a non-blocking pipe by the run's deadline (a harness that stops reading is
+`killed`), error replies are cut to ERROR_CHARS, and requests with JSON the broker refuses
+(streams.scrub: too deep, numbers out of range or not finite) get an error reply while the
+run goes on. `Runtime.cancel()` ends every run of a Runtime as `killed`, "cancelled".
 """
 
 from __future__ import annotations
@@ -11,12 +18,13 @@ from __future__ import annotations
 import atexit
 import functools
 import hashlib
-import math
+import marshal
 import os
 import py_compile
 import selectors
 import sys
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,14 +32,29 @@ from typing import Any, Protocol
 
 from whale.harness import worker as wire
 from whale.harness.budget import Budget, Limits, PythonToolLimits
+from whale.harness.calls import BadCall, Refused, check_llm_args, done_outcome
+from whale.harness.contract import run_contract_fault
 from whale.harness.pool import WorkerPool
 from whale.harness.sandbox import Jailed, Sandbox, python_executable
-from whale.harness.streams import MalformedMessage, Tail, drain, drain_rest, parse, plain
+from whale.harness.streams import (
+    BadRequest,
+    MalformedMessage,
+    PipeStalled,
+    Tail,
+    Woken,
+    drain_rest,
+    parse,
+    plain,
+    python_tool,
+    write_frame,
+)
 from whale.harness.trajectory import ModelCall, Status, ToolCall, Trajectory
 from whale.models.base import ChatModel, ModelError, ModelTimeout, Sampling
 
 WORKER_SOURCE = str(Path(wire.__file__).resolve())
 WORKER_INSIDE = "/whale/worker.pyc"
+# The longest error text a reply carries: an error may quote what the harness sent.
+ERROR_CHARS = 1000
 
 
 @functools.cache
@@ -86,6 +109,8 @@ class _Worker:
 def spawn_worker(sandbox: Sandbox, limits: Limits) -> _Worker:
     rx_parent, tx_child = os.pipe()  # child -> parent
     rx_child, tx_parent = os.pipe()  # parent -> child
+    # The parent never blocks on a harness that stops reading: see streams.write_frame.
+    os.set_blocking(tx_parent, False)
     try:
         jailed = sandbox.spawn(
             [python_executable(), "-I", "-S", WORKER_INSIDE, str(rx_child), str(tx_child)],
@@ -109,9 +134,18 @@ class _Stop(Exception):
         self.status, self.error = status, error
 
 
+def _close_fds(*fds: int) -> None:
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
 @dataclass
 class Runtime:
-    """Runs harnesses. One Runtime is shared by many concurrent runs (it holds no run state)."""
+    """Runs harnesses. One Runtime is shared by many concurrent runs (it holds no run state
+    but the cancel switch)."""
 
     model: ChatModel | None = None
     budget: Budget = field(default_factory=Budget)
@@ -123,6 +157,15 @@ class Runtime:
     # Fresh workers kept started ahead of need (see pool.py); 0 starts each on demand.
     warm: int = 0
     _pool: WorkerPool[_Worker] | None = field(default=None, init=False, repr=False, compare=False)
+    _cancelled: bool = field(default=False, init=False, repr=False, compare=False)
+    # A pipe that becomes readable, for good, on cancel(): every wait of every run watches it.
+    _wake: tuple[int, int] = field(default=(-1, -1), init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        r, w = os.pipe()
+        os.set_blocking(w, False)
+        self._wake = (r, w)
+        weakref.finalize(self, _close_fds, r, w)
 
     def _take_worker(self) -> _Worker:
         if self.warm <= 0:
@@ -131,13 +174,40 @@ class Runtime:
             self._pool = WorkerPool(lambda: spawn_worker(self.sandbox, self.limits), self.warm,
                                     fillers=min(4, os.cpu_count() or 1))  # fmt: skip
             atexit.register(self._pool.close)
-        return self._pool.take()
+        pool = self._pool
+        w = pool.take()
+        if self._cancelled:  # cancel() came while this pool was being made: stop its fillers
+            pool.close()
+        return w
 
     def close(self) -> None:
         """Stop the warm workers (they also exit by themselves when this process ends)."""
         if self._pool is not None:
             self._pool.close()
             self._pool = None
+
+    def wake_fd(self) -> int:
+        """The read end of the cancel pipe: readable once cancel() was called."""
+        return self._wake[0]
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def cancel(self) -> None:
+        """Kill every in-flight run of this Runtime and refuse new ones (for Ctrl-C).
+
+        Each run's `run()` returns a Trajectory with status `killed`, error `cancelled`: at
+        once from a wait on its worker, a stalled reply or the python tool; a run inside a
+        model call returns when that call does (its timeout bounds it). Later `run()` calls
+        return the same without starting a worker. There is no undo. Safe from any thread
+        and from a signal handler (it takes no lock but the warm pool's reentrant one)."""
+        self._cancelled = True
+        try:
+            os.write(self._wake[1], b"x")  # never read: it stays readable
+        except BlockingIOError:  # already full of earlier cancels
+            pass
+        self.close()
 
     def run(
         self,
@@ -149,29 +219,8 @@ class Runtime:
         return _Run(self, source, question, question_id, retriever).execute()
 
     def run_python(self, code: str, timeout: float | None) -> dict[str, Any]:
-        """The nested python tool: a fresh jailed interpreter per call."""
-        pl = self.python_limits
-        t = pl.timeout_s if timeout is None else max(0.1, min(float(timeout), pl.timeout_s))
-        limits = Limits(
-            memory_mb=pl.memory_mb,
-            cpu_s=math.ceil(t) + 1,
-            processes=pl.processes,
-            scratch_mb=64,
-            output_bytes=4 * pl.output_chars,
-        )
-        jailed = self.sandbox.spawn([python_executable(), "-I", "-S", "-c", code], limits)
-        out, err = Tail(pl.output_chars), Tail(pl.output_chars)
-        timed_out = drain(jailed, {"out": out, "err": err}, time.monotonic() + t, limits)
-        rc = jailed.proc.returncode
-        error = None
-        if timed_out:
-            error = f"TimeoutError: code ran past {t:g} s and was killed"
-        elif out.total + err.total > limits.output_bytes:
-            error = f"OutputLimit: printed more than {limits.output_bytes} bytes and was killed"
-        elif rc:
-            lines = err.text().strip().splitlines()
-            error = lines[-1] if lines else f"exit status {rc}"
-        return {"stdout": out.text(), "stderr": err.text(), "error": error, "timed_out": timed_out}
+        """The nested python tool: a fresh jailed interpreter per call (streams.python_tool)."""
+        return python_tool(self.sandbox, self.python_limits, code, timeout, self.wake_fd())
 
 
 class _Run:
@@ -188,6 +237,7 @@ class _Run:
         self.used = {"model_calls": 0, "retrievals": 0, "tool_calls": 0, "tokens": 0}
         self.refused = False
         self.deadline = 0.0
+        self.wake = rt.wake_fd()
 
     # -- budget view -------------------------------------------------------------------------
     def left(self) -> dict[str, Any]:
@@ -210,11 +260,16 @@ class _Run:
         self.deadline = t0 + self.rt.budget.run_timeout_s
         w: _Worker | None = None
         try:
+            if self.rt.cancelled:
+                raise _Stop("killed", "cancelled")
             self.traj.sandbox = self.rt.sandbox.resolved()
+            fault = run_contract_fault(self.source)
+            if fault is not None:
+                raise _Stop("error", f"load: harness {fault}")
             w = self.rt._take_worker()
             tools = ["python"] + (["retrieve"] if self.retriever is not None else [])
             init = {"source": self.source, "question": self.question, "tools": tools}
-            wire.send_marshal(w.tx, {**init, "budget": self.left()})
+            self._send(w.tx, {**init, "budget": self.left()})
             status, error, answer = self._serve(w.jailed, w.rx, w.tx)
         except _Stop as stop:
             status, error, answer = stop.status, stop.error, None
@@ -238,6 +293,7 @@ class _Run:
         sel.register(proc.stdout.fileno(), selectors.EVENT_READ, "out")
         sel.register(proc.stderr.fileno(), selectors.EVENT_READ, "err")
         sel.register(rx, selectors.EVENT_READ, "rpc")
+        sel.register(self.wake, selectors.EVENT_READ, "wake")
         buf = bytearray()
         limit = self.rt.limits
         try:
@@ -247,6 +303,8 @@ class _Run:
                     raise _Stop("timeout", f"run exceeded {self.rt.budget.run_timeout_s:g} s")
                 events = sel.select(left)
                 for key, _ in events:
+                    if key.data == "wake":
+                        raise _Stop("killed", "cancelled")
                     data = os.read(key.fd, 1 << 16)
                     if key.data != "rpc":
                         if not data:
@@ -269,19 +327,43 @@ class _Run:
                             )
                         if len(buf) < wire.HEADER.size + size:
                             break
+                        frame = bytes(buf[wire.HEADER.size : wire.HEADER.size + size])
+                        del buf[: wire.HEADER.size + size]
                         try:
-                            msg = parse(bytes(buf[wire.HEADER.size : wire.HEADER.size + size]))
+                            msg = parse(frame)
                         except MalformedMessage as e:
                             raise _Stop("killed", f"malformed broker message: {e}") from None
-                        del buf[: wire.HEADER.size + size]
+                        except BadRequest as e:
+                            self._send(tx, {"ok": False, "error": str(e), "budget": self.left()})
+                            continue
                         if msg.get("op") == "done":
-                            return _done(msg)
-                        wire.send_marshal(tx, plain(self._handle(msg)))
+                            return done_outcome(msg)
+                        reply = plain(self._handle(msg))
+                        if self.rt.cancelled:  # it was in a model call when cancel() came
+                            raise _Stop("killed", "cancelled")
+                        self._send(tx, reply)
         finally:
             sel.close()
             jailed.kill()
             drain_rest(proc, tails)
             self.traj.stdout_tail, self.traj.stderr_tail = tails["out"].text(), tails["err"].text()
+
+    def _send(self, tx: int, obj: Any) -> None:
+        """One reply to the worker, written by the run's deadline (the harness may have
+        stopped reading: a stalled pipe kills the run) or until cancel()."""
+        data = marshal.dumps(obj)
+        try:
+            write_frame(tx, wire.HEADER.pack(len(data)) + data, self.deadline, self.wake)
+        except PipeStalled:
+            raise _Stop(
+                "killed",
+                "broker reply stalled: the harness stopped reading its pipe "
+                f"until the run's {self.rt.budget.run_timeout_s:g} s ran out",
+            ) from None
+        except Woken:
+            raise _Stop("killed", "cancelled") from None
+        except BrokenPipeError:
+            raise _Stop("crashed", "worker exited without an answer (it closed its pipe)") from None
 
     def _exited(self, jailed: Jailed) -> tuple[Status, str | None, str | None]:
         try:
@@ -299,20 +381,27 @@ class _Run:
             "retrieve": self._retrieve,
         }
         if op not in handlers or not isinstance(args, dict):
-            return {"ok": False, "error": f"unknown request {op!r}", "budget": self.left()}
+            # Quote only the start of what the harness sent: the reply must stay small.
+            shown = repr(op)[:80] + ("..." if len(repr(op)) > 80 else "")
+            return {"ok": False, "error": f"unknown request {shown}", "budget": self.left()}
         try:
             result = handlers[op](args)
-        except _Refused as r:
+        except Refused as r:
             self.refused = True
-            self.traj.add_refusal(str(op), str(r))
-            return {"ok": False, "budget_exceeded": True, "error": str(r), "budget": self.left()}
-        except _BadCall as e:
-            return {"ok": False, "error": str(e), "budget": self.left()}
+            self.traj.add_refusal(str(op), str(r)[:ERROR_CHARS])
+            return {
+                "ok": False,
+                "budget_exceeded": True,
+                "error": str(r)[:ERROR_CHARS],
+                "budget": self.left(),
+            }
+        except BadCall as e:
+            return {"ok": False, "error": str(e)[:ERROR_CHARS], "budget": self.left()}
         return {"ok": True, "result": result, "budget": self.left()}
 
     def _spend(self, what: str, cap: int) -> None:
         if self.used[what] >= cap:
-            raise _Refused(f"budget exceeded: {what} limit of {cap} reached")
+            raise Refused(f"budget exceeded: {what} limit of {cap} reached")
         self.used[what] += 1
 
     def _remaining_s(self) -> float:
@@ -323,13 +412,13 @@ class _Run:
 
     def _llm(self, args: dict[str, Any]) -> dict[str, Any]:
         b = self.rt.budget
-        messages, sampling = _check_llm_args(args, b, self.rt)
+        messages, sampling = check_llm_args(args, b, self.rt.temperature, self.rt.seed)
         if self.rt.model is None:
-            raise _BadCall("no model backend is configured for this run")
+            raise BadCall("no model backend is configured for this run")
         if b.max_total_tokens is not None:
             tokens_left = b.max_total_tokens - self.used["tokens"]
             if tokens_left <= 0:
-                raise _Refused(f"budget exceeded: token limit of {b.max_total_tokens} reached")
+                raise Refused(f"budget exceeded: token limit of {b.max_total_tokens} reached")
             sampling = Sampling(
                 **{**sampling.__dict__, "max_tokens": min(sampling.max_tokens, tokens_left)}
             )
@@ -341,10 +430,10 @@ class _Run:
         except ModelTimeout as e:
             self._record_failed_call(messages, sampling, t, e)
             self._remaining_s()  # the run's own clock ran out: status timeout
-            raise _BadCall(f"model call timed out after {timeout:.1f} s") from None
+            raise BadCall(f"model call timed out after {timeout:.1f} s") from None
         except ModelError as e:
             self._record_failed_call(messages, sampling, t, e)
-            raise _BadCall(f"model error: {e}") from None
+            raise BadCall(f"model error: {e}") from None
         self.used["tokens"] += int(c.usage.get("completion_tokens", 0))
         self.traj.add_model_call(
             ModelCall(
@@ -378,13 +467,17 @@ class _Run:
     def _python(self, args: dict[str, Any]) -> dict[str, Any]:
         code, timeout = args.get("code"), args.get("timeout")
         if not isinstance(code, str):
-            raise _BadCall("python(code): code must be a string")
+            raise BadCall("python(code): code must be a string")
+        if "\0" in code:
+            raise BadCall("python(code): code holds a NUL byte, which Python source cannot")
         if timeout is not None and not isinstance(timeout, int | float):
-            raise _BadCall("python(timeout=): timeout must be a number of seconds")
+            raise BadCall("python(timeout=): timeout must be a number of seconds")
         self._spend("tool_calls", self.rt.budget.tool_calls)
         t = time.monotonic()
         wanted = self.rt.python_limits.timeout_s if timeout is None else float(timeout)
         result = self.rt.run_python(code, min(wanted, self._remaining_s()))
+        if self.rt.cancelled:
+            raise _Stop("killed", "cancelled")
         self.traj.add_tool_call(
             ToolCall("python", {"code": code, "timeout": timeout}, result, time.monotonic() - t)
         )
@@ -393,9 +486,9 @@ class _Run:
     def _retrieve(self, args: dict[str, Any]) -> list[dict[str, Any]]:
         query, k = args.get("query"), args.get("k", 5)
         if self.retriever is None:
-            raise _BadCall("this task provides no retriever")
+            raise BadCall("this task provides no retriever")
         if not isinstance(query, str) or not isinstance(k, int) or isinstance(k, bool) or k < 1:
-            raise _BadCall("retrieve(query, k): query must be a string and k a positive int")
+            raise BadCall("retrieve(query, k): query must be a string and k a positive int")
         if not query.strip():
             return []  # an empty query returns nothing and costs no budget
         self._spend("retrievals", self.rt.budget.retrievals)
@@ -405,52 +498,3 @@ class _Run:
             ToolCall("retrieve", {"query": query, "k": k}, passages, time.monotonic() - t)
         )
         return passages
-
-
-class _Refused(Exception):
-    pass
-
-
-class _BadCall(Exception):
-    pass
-
-
-def _check_llm_args(
-    args: dict[str, Any], b: Budget, rt: Runtime
-) -> tuple[list[dict[str, Any]], Sampling]:
-    messages = args.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise _BadCall("llm(messages): messages must be a non-empty list of {role, content}")
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict) or not isinstance(m.get("content"), str):
-            raise _BadCall(f"llm(messages): message {i} must be a dict with a string 'content'")
-        if m.get("role") not in ("system", "user", "assistant", "tool"):
-            raise _BadCall(f"llm(messages): message {i} has role {m.get('role')!r}")
-    max_tokens = args.get("max_tokens")
-    if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
-        raise _BadCall("llm(max_tokens=): must be a positive int")
-    temperature = args.get("temperature")
-    if temperature is not None and not isinstance(temperature, int | float):
-        raise _BadCall("llm(temperature=): must be a number")
-    stop = args.get("stop")
-    if isinstance(stop, str):
-        stop = [stop]
-    if stop is not None and not (isinstance(stop, list) and all(isinstance(s, str) for s in stop)):
-        raise _BadCall("llm(stop=): must be a string or a list of strings")
-    sampling = Sampling(
-        max_tokens=min(max_tokens or b.max_tokens_per_call, b.max_tokens_per_call),
-        temperature=rt.temperature if temperature is None else float(temperature),
-        stop=tuple(stop or ())[:4],
-        seed=rt.seed,
-    )
-    clean = [{"role": m["role"], "content": m["content"]} for m in messages]
-    return clean, sampling
-
-
-def _done(msg: dict[str, Any]) -> tuple[Status, str | None, str | None]:
-    status = msg.get("status")
-    if status == "ok" and isinstance(msg.get("answer"), str):
-        return "ok", None, msg["answer"]
-    if status in ("error", "budget_exceeded"):
-        return status, str(msg.get("error", ""))[:4000], None
-    return "error", "harness: malformed done message", None

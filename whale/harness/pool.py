@@ -5,6 +5,10 @@ wait on the same model server) their starts pile up on the CPU. The pool starts 
 workers in the background while runs wait on the model, so a run takes a worker that is
 already up. Every worker still serves exactly one run: a pooled worker has run nothing yet,
 it only waits for its first message, so isolation between runs is unchanged.
+
+A jail dies with the thread that started it (PR_SET_PDEATHSIG, see sandbox.py), so the filler
+threads live until `close()`, also after a failed start: a worker they started may still be
+serving a run.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ class WorkerPool(Generic[W]):
         self._idle: list[W] = []
         self._pending = 0
         self._closed = False
+        self._failed = False  # a start failed: fillers stop starting, take() starts (and reports)
         self._cv = threading.Condition()
         self._threads: list[threading.Thread] = []
 
@@ -54,7 +59,9 @@ class WorkerPool(Generic[W]):
     def _fill(self) -> None:
         while True:
             with self._cv:
-                while not self._closed and len(self._idle) + self._pending >= self.size:
+                while not self._closed and (
+                    self._failed or len(self._idle) + self._pending >= self.size
+                ):
                     self._cv.wait()
                 if self._closed:
                     return
@@ -64,8 +71,8 @@ class WorkerPool(Generic[W]):
             except Exception:  # noqa: BLE001 - a failed start is retried by take()
                 with self._cv:
                     self._pending -= 1
-                    self._closed = True  # stop filling; take() spawns (and reports) itself
-                return
+                    self._failed = True
+                continue
             with self._cv:
                 self._pending -= 1
                 if self._closed:
@@ -74,6 +81,8 @@ class WorkerPool(Generic[W]):
                 self._idle.append(w)
 
     def close(self) -> None:
+        """Discard the idle workers and end the fillers (and with them every worker they
+        started: call it once no run uses them)."""
         with self._cv:
             self._closed = True
             idle, self._idle = self._idle, []

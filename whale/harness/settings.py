@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
+from whale.config import above, at_least, part
 from whale.harness.broker import Runtime
 from whale.harness.budget import Budget, Limits, PythonToolLimits
-from whale.harness.sandbox import Sandbox
+from whale.harness.sandbox import Sandbox, SandboxKind
 from whale.models.base import ChatModel
+
+# Budget fields that may be 0 (a run that may not call the model at all is a real setting);
+# every other number of the budget and the limits must be positive.
+_MAY_BE_ZERO = {"model_calls", "retrievals", "tool_calls"}
 
 
 @dataclass
 class RuntimeConfig:
     # "auto" (nsjail, else bubblewrap, else refuse), "nsjail", "bwrap"; "unsafe" only
     # through --unsafe-no-sandbox.
-    sandbox: str = "auto"
+    sandbox: SandboxKind = "auto"
     budget: Budget = field(default_factory=Budget)
     limits: Limits = field(default_factory=Limits)
     python: PythonToolLimits = field(default_factory=PythonToolLimits)
@@ -22,6 +28,24 @@ class RuntimeConfig:
     seed: int = 0
     # Fresh jailed workers started ahead of need; -1: twice the command's workers.
     warm: int = -1
+
+    def validate(self) -> None:
+        """Ranges, checked by `whale.config.build` (which has checked the types)."""
+        if self.sandbox not in ("auto", "nsjail", "bwrap", "unsafe"):
+            raise ValueError(f"sandbox: unknown {self.sandbox!r} (auto, nsjail, bwrap, unsafe)")
+        at_least(self, 0.0, "temperature")
+        at_least(self, -1, "warm")
+        for name in ("budget", "limits", "python"):
+            obj = getattr(self, name)
+            with part(name):
+                for f in dataclasses.fields(obj):
+                    value = getattr(obj, f.name)
+                    if isinstance(value, bool) or not isinstance(value, int | float):
+                        continue  # None (no cap) and non-numbers
+                    if name == "budget" and f.name in _MAY_BE_ZERO:
+                        at_least(obj, 0, f.name)
+                    else:
+                        above(obj, 0, f.name)
 
 
 def make_runtime(cfg: RuntimeConfig, model: ChatModel | None, workers: int = 1) -> Runtime:
@@ -32,7 +56,7 @@ def make_runtime(cfg: RuntimeConfig, model: ChatModel | None, workers: int = 1) 
         budget=cfg.budget,
         limits=cfg.limits,
         python_limits=cfg.python,
-        sandbox=Sandbox(cfg.sandbox),  # type: ignore[arg-type]
+        sandbox=Sandbox(cfg.sandbox),
         temperature=cfg.temperature,
         seed=cfg.seed,
         warm=2 * workers if cfg.warm < 0 else cfg.warm,

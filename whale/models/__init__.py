@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from whale.config import above, at_least
 from whale.models.base import (
     ChatModel,
     Completion,
@@ -38,6 +39,14 @@ class ModelConfig:
     retries: int = 4
     cache: bool = True
     cache_path: str | None = None
+
+    def validate(self) -> None:
+        """Ranges, checked by `whale.config.build` (which has checked the types)."""
+        if not self.name.strip():
+            raise ValueError("name: must not be empty")
+        at_least(self, 1, "n_ctx", "threads")
+        at_least(self, 0, "retries")
+        above(self, 0, "timeout_s")
 
 
 class ModelNotInstalled(ModelError):

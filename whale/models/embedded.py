@@ -3,12 +3,21 @@
 The server starts on the first call only (a harness that never calls the model never starts
 one), listens on a free port, is waited on until `/v1/models` answers, and is stopped when the
 process exits or `close()` is called. Calls go through `OpenAICompatible`.
+
+The server runs as `python -m whale.models.llama_server` (llama_cpp.server, with llama.cpp's
+AMX path off where it crashes; see that module). It cannot outlive this process (see
+`serverproc`): it dies by its parent-death signal when this process is killed (kill -9
+included), `close()` and `kill_servers()` kill its process group, and servers left by dead
+whale processes are reaped when a new one starts.
+After `close()` (or `kill_servers()`) an instance refuses calls with `ModelError`: it never
+restarts its server, and calls waiting for their turn fail within 50 ms.
 """
 
 from __future__ import annotations
 
 import atexit
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -18,14 +27,25 @@ from pathlib import Path
 
 import httpx
 
+from whale.models import serverproc
 from whale.models.base import Completion, Message, ModelError, Sampling
 from whale.models.openai_compat import OpenAICompatible
+
+# Started instances, for `kill_servers` (a signal handler must not take locks).
+_LIVE: dict[int, EmbeddedLlama] = {}
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def kill_servers() -> None:
+    """Close every embedded model of this process at once: SIGKILL to each server's process
+    group, no waiting, no locks (safe in a signal handler). In-flight calls fail at once."""
+    for m in list(_LIVE.values()):
+        m.abort()
 
 
 class EmbeddedLlama:
@@ -45,6 +65,8 @@ class EmbeddedLlama:
         self.ready_timeout_s, self.timeout_s = ready_timeout_s, timeout_s
         self._proc: subprocess.Popen[bytes] | None = None
         self._client: OpenAICompatible | None = None
+        self._record: Path | None = None
+        self._closed = False
         self._lock = threading.Lock()
         self._serial = threading.Lock()
         self.log_path: Path | None = None
@@ -53,38 +75,53 @@ class EmbeddedLlama:
     def started(self) -> bool:
         return self._client is not None
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _refuse(self) -> ModelError:
+        return ModelError(f"{self.name} is closed (the run is stopping)")
+
     def start(self) -> OpenAICompatible:
         with self._lock:
+            if self._closed:
+                raise self._refuse()
             if self._client is not None:
                 return self._client
             if not self.gguf.exists():
                 raise ModelError(f"GGUF file {self.gguf} does not exist")
+            serverproc.reap_stale()  # servers left by whale processes that were killed
             port = free_port()
             log = Path(os.environ.get("TMPDIR", "/tmp")) / f"whale-llama-{port}.log"
             self.log_path = log
             cmd = [
-                sys.executable, "-m", "llama_cpp.server", "--model", str(self.gguf),
+                sys.executable, "-m", "whale.models.llama_server", "--model", str(self.gguf),
                 "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(self.n_ctx),
                 "--n_threads", str(self.threads), "--model_alias", self.alias,
             ]  # fmt: skip
             with open(log, "wb") as f:
-                self._proc = subprocess.Popen(
-                    cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True
-                )
+                proc = serverproc.spawn(cmd, stdout=f, stderr=subprocess.STDOUT)
+            self._proc = proc
+            self._record = serverproc.register(proc, cmd)
+            _LIVE[id(self)] = self
             atexit.register(self.close)
             base = f"http://127.0.0.1:{port}/v1"
             deadline = time.monotonic() + self.ready_timeout_s
             while True:
-                if self._proc.poll() is not None:
+                if self._closed:
+                    self.close()
+                    raise self._refuse()
+                if proc.poll() is not None:
                     tail = log.read_text(errors="replace")[-2000:]
-                    raise ModelError(f"llama.cpp server exited ({self._proc.returncode}):\n{tail}")
+                    self.close(final=False)
+                    raise ModelError(f"llama.cpp server exited ({proc.returncode}):\n{tail}")
                 try:
                     if httpx.get(f"{base}/models", timeout=1.0).status_code == 200:
                         break
                 except httpx.HTTPError:
                     pass
                 if time.monotonic() > deadline:
-                    self.close()
+                    self.close(final=False)
                     raise ModelError(f"llama.cpp server not ready after {self.ready_timeout_s} s")
                 time.sleep(0.1)
             self._client = OpenAICompatible(
@@ -96,20 +133,45 @@ class EmbeddedLlama:
         self, messages: list[Message], sampling: Sampling, timeout: float | None = None
     ) -> Completion:
         # llama_cpp.server decodes one request at a time. Queue here, so that a call's timeout
-        # counts its own decoding and not the wait behind other calls.
+        # counts its own decoding and not the wait behind other calls; the wait polls for
+        # close() so that a stopping run does not sit behind a queue of calls.
         client = self.start()
-        with self._serial:
+        while not self._serial.acquire(timeout=0.05):
+            if self._closed:
+                raise self._refuse()
+        try:
+            if self._closed:
+                raise self._refuse()
             return client.chat(messages, sampling, timeout)
+        finally:
+            self._serial.release()
 
-    def close(self) -> None:
+    def abort(self) -> None:
+        """Refuse every later call and SIGKILL the server now (no wait, no lock)."""
+        self._closed = True
+        client, proc = self._client, self._proc
+        if client is not None:
+            client.refuse()
+        if proc is not None:
+            serverproc.kill_group(proc.pid, signal.SIGKILL)
+
+    def close(self, final: bool = True) -> None:
+        """Stop the server: SIGKILL to its process group (it holds no state worth a graceful
+        stop, and uvicorn's graceful stop waits for the request in flight). With `final` (the
+        default) the instance refuses every later call; `final=False` is a failed start,
+        retried by the next call."""
+        if final:
+            self._closed = True
         proc, self._proc = self._proc, None
-        if self._client is not None:
-            self._client.close()
-            self._client = None
-        if proc is not None and proc.poll() is None:
-            try:
-                os.killpg(proc.pid, 15)
-                proc.wait(timeout=10)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                os.killpg(proc.pid, 9)
-                proc.wait()
+        client, self._client = self._client, None
+        _LIVE.pop(id(self), None)
+        if client is not None:
+            client.refuse()
+        if proc is not None:
+            if proc.poll() is None:
+                serverproc.kill_group(proc.pid, signal.SIGKILL)
+            proc.wait()
+        serverproc.unregister(self._record)
+        self._record = None
+        if client is not None:
+            client.close()

@@ -3,6 +3,8 @@
 Retries with exponential backoff on connection errors, 429 and 5xx (the client's own retries
 are off so that the policy is ours and tested). A wrong URL, a missing model and a context
 overflow each raise their own error with a message that names the URL or the model.
+After `close()` (or `refuse()`) every call, and every retry of a call in flight, raises
+`ModelError` at once: a backend that is being shut down is never retried or waited on.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ class OpenAICompatible:
         )
         self._rng = random.Random(0)
         self._lock = threading.Lock()
+        self._closed = False  # a plain flag: set from signal handlers, so no lock
 
     def chat(
         self, messages: list[Message], sampling: Sampling, timeout: float | None = None
@@ -62,6 +65,8 @@ class OpenAICompatible:
         deadline = time.monotonic() + timeout
         attempt = 0
         while True:
+            if self._closed:
+                raise ModelError(f"{self.model} at {self.base_url}: backend closed")
             left = deadline - time.monotonic()
             if left <= 0:
                 raise ModelTimeout(
@@ -95,17 +100,28 @@ class OpenAICompatible:
                     err = ModelError(f"{self.base_url} answered {e.status_code}: {text}")
                 else:
                     raise ModelError(f"{self.base_url} answered {e.status_code}: {text}") from None
+            if self._closed:  # the failure is the shutdown itself: do not retry
+                raise ModelError(f"{self.model} at {self.base_url}: backend closed") from None
             attempt += 1
             if attempt > self.retries:
                 raise err
             with self._lock:
                 jitter = self._rng.uniform(0.5, 1.0)
-            time.sleep(
+            self._backoff(
                 min(
                     self.backoff_s * 2 ** (attempt - 1) * jitter,
                     max(0.0, deadline - time.monotonic()),
                 )
             )
+
+    def _backoff(self, seconds: float) -> None:
+        """Sleep, in 50 ms slices that end early when the backend is closed."""
+        end = time.monotonic() + seconds
+        while not self._closed:
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(left, 0.05))
 
     def _once(self, messages: list[Message], sampling: Sampling, timeout: float) -> Completion:
         kwargs: dict[str, Any] = dict(
@@ -142,7 +158,12 @@ class OpenAICompatible:
             token_ids=list(token_ids) if token_ids else None,
         )
 
+    def refuse(self) -> None:
+        """Fail every later call and retry; unlike `close`, takes no lock (signal-safe)."""
+        self._closed = True
+
     def close(self) -> None:
+        self._closed = True
         self._client.close()
 
 

@@ -17,14 +17,18 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from whale.evaluate import EvalResult
 from whale.harness import Runtime
+from whale.records import RecordError
 from whale.revise.edits import apply_edits
-from whale.revise.proposer import Proposal, Proposer
+from whale.revise.proposer import Proposal, Proposer, task_tools
 from whale.revise.report import ReportConfig, build_report
+from whale.revise.screens import AnswerEchoScreen, screen_questions
 from whale.revise.select import Candidate, Decision, SelectRule, ValidityWeights, reward, select
 from whale.revise.store import OutcomeStore, RoundDir, diff
 from whale.tasks import Question, SealedSplit, Task
@@ -78,16 +82,52 @@ def adapt(
     cfg: LoopSettings,
     say: Callable[[str], None] = lambda s: None,
 ) -> AdaptResult:
-    seed_hash = h = store.save_harness(seed_source)
+    seed_hash = store.save_harness(seed_source)
+    h, rounds = revise(task, seed_source, feedback_pool, score_set, runtime, proposer, store, cfg,
+                       say)  # fmt: skip
+    q_eval = eval_split.open("final eval: seed and final harness", [seed_hash, h])
+    say(f"final eval on {len(q_eval)} held-out questions")
+    seed_eval = store.evaluate(runtime, seed_source, task, q_eval, "eval", cfg.workers)
+    final_eval = store.evaluate(runtime, store.harness(h), task, q_eval, "eval", cfg.workers)
+    n_prop = sum(len(r.candidates) for r in rounds)
+    n_ok = sum(c.valid for r in rounds for c in r.candidates)
+    return AdaptResult(seed_hash, h, rounds, seed_eval, final_eval, n_prop, n_ok)
+
+
+def revise(
+    task: Task,
+    seed_source: str,
+    feedback_pool: Sequence[Question],
+    score_set: Sequence[Question],
+    runtime: Runtime,
+    proposer: Proposer,
+    store: OutcomeStore,
+    cfg: LoopSettings,
+    say: Callable[[str], None] = lambda s: None,
+    max_rollouts: int | None = None,
+    rounds_dir: Path | None = None,
+) -> tuple[str, list[RoundRecord]]:
+    """The rounds alone (no eval split): the kept harness's hash and the round records. Stops
+    early once the store holds `max_rollouts` rollouts. Round folders go under `rounds_dir`
+    (default: the store's run directory)."""
+    h = store.save_harness(seed_source)
     rounds: list[RoundRecord] = []
+    # Select's answer-echo screen guards every dev question the proposer or Select sees.
+    screen = (
+        AnswerEchoScreen(task, screen_questions(feedback_pool, score_set))
+        if cfg.report.answer_echo_screen
+        else None
+    )
     for t in range(1, cfg.rounds + 1):
-        rd = RoundDir(store.dir, t)
+        rd = RoundDir(rounds_dir or store.dir, t)
         before = store.rollouts
         rng = random.Random(cfg.seed * 100_003 + t)
         q_fb = rng.sample(list(feedback_pool), min(cfg.feedback, len(feedback_pool)))
         fb = store.evaluate(runtime, store.harness(h), task, q_fb, "feedback", cfg.workers)
         report = build_report(task, q_fb, fb.outcomes, fb.trajectories, cfg.report)
-        prompt = proposer.prompt(task.description, store.harness(h), report, runtime.budget)
+        prompt = proposer.prompt(
+            task.description, store.harness(h), report, runtime.budget, task_tools(task)
+        )
         rd.write_text("report.md", report)
         rd.write_text("prompt.txt", prompt)
         seed = cfg.seed * 100_000 + t * 1000
@@ -98,7 +138,7 @@ def adapt(
         )
         parent = store.evaluate(runtime, store.harness(h), task, score_set, "score", cfg.workers)
         candidates = [
-            _candidate(t, i, h, p, task, score_set, runtime, store, rd, cfg)
+            _candidate(t, i, h, p, task, score_set, runtime, store, rd, cfg, screen)
             for i, p in enumerate(proposals)
         ]
         decision = select(cfg.select, h, parent.score, candidates)
@@ -110,24 +150,51 @@ def adapt(
         )
         rounds.append(RoundRecord(t, parent.score, candidates, decision, store.rollouts - before))
         h = decision.kept_hash
-    q_eval = eval_split.open("final eval: seed and final harness", [seed_hash, h])
-    say(f"final eval on {len(q_eval)} held-out questions")
-    seed_eval = store.evaluate(runtime, seed_source, task, q_eval, "eval", cfg.workers)
-    final_eval = store.evaluate(runtime, store.harness(h), task, q_eval, "eval", cfg.workers)
-    n_prop = sum(len(r.candidates) for r in rounds)
-    n_ok = sum(c.valid for r in rounds for c in r.candidates)
-    return AdaptResult(seed_hash, h, rounds, seed_eval, final_eval, n_prop, n_ok)
+        if max_rollouts is not None and store.rollouts >= max_rollouts:
+            say(f"round {t}: rollout budget {max_rollouts} spent")
+            break
+    return h, rounds
 
 
 def _proposals(
     rd: RoundDir, proposer: Proposer, prompt: str, g: int, seed: int, parent: str
 ) -> list[Proposal]:
-    """The round's G proposals, from the round directory when a resumed run already paid."""
+    """The round's G proposals (proposal i with sampling seed `seed + i`). Only finished ones
+    are kept, in proposals.json, and reused when a resumed run comes back to this round; a
+    failed call (timeout, server error) is not kept, so a resume asks for it again, with the
+    same seed. This invocation's failures go to proposal_errors.json, for the record."""
+    done: dict[int, Proposal] = {}
     if rd.has("proposals.json"):
-        return [Proposal(**p) for p in rd.read_json("proposals.json")]
-    proposals = proposer.propose(prompt, g, seed, parent)
-    rd.write_json("proposals.json", [asdict(p) for p in proposals])
-    return proposals
+        rows = rd.read_json("proposals.json")
+        where = rd.path / "proposals.json"
+        if not isinstance(rows, list):
+            raise RecordError(f"{where}: not a list of proposals")
+        for pos, row in enumerate(rows):
+            if not isinstance(row, dict):
+                raise RecordError(f"{where}: entry {pos} is not a proposal")
+            row = dict(row)
+            i = row.pop("index", pos)  # files of older whales have no index: their position
+            try:
+                p = Proposal(**row)
+            except TypeError as e:
+                raise RecordError(f"{where}: entry {pos} is not a proposal ({e})") from None
+            if p.error is None and isinstance(i, int) and 0 <= i < g:
+                done[i] = p  # an older file may hold errors: those are asked again
+    missing = [i for i in range(g) if i not in done]
+    if not missing:
+        return [done[i] for i in range(g)]
+    workers = max(1, min(len(missing), proposer.cfg.concurrency))
+
+    def one(i: int) -> Proposal:
+        return proposer.propose(prompt, 1, seed + i, parent)[0]
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        fresh = dict(zip(missing, pool.map(one, missing), strict=True))
+    done.update({i: p for i, p in fresh.items() if p.error is None})
+    rd.write_json("proposals.json", [{"index": i, **asdict(done[i])} for i in sorted(done)])
+    failed = [{"index": i, **asdict(p)} for i, p in fresh.items() if p.error is not None]
+    rd.write_json("proposal_errors.json", failed)
+    return [done.get(i) or fresh[i] for i in range(g)]
 
 
 def _candidate(
@@ -141,6 +208,7 @@ def _candidate(
     store: OutcomeStore,
     rd: RoundDir,
     cfg: LoopSettings,
+    screen: AnswerEchoScreen | None = None,
 ) -> Candidate:
     parent_source = store.harness(parent_hash)
     if p.error is not None:
@@ -151,6 +219,11 @@ def _candidate(
         return Candidate(
             t, i, parent_hash, None, False, res.reason, res.mode, res.syntax_ok, reward=v
         )
+    echo = screen.check(res.source, parent_source) if screen is not None else None
+    if echo is not None:  # invalid before any rollout is paid; the diff is kept for audit
+        rd.write_text(f"candidate_{i}.diff", diff(parent_source, res.source))
+        v = reward(None, True, False, 0.0, cfg.weights)
+        return Candidate(t, i, parent_hash, None, False, echo, res.mode, True, reward=v)
     h = store.save_harness(res.source)
     rd.write_text(f"candidate_{i}.diff", diff(parent_source, res.source))
     ev = store.evaluate(runtime, res.source, task, score_set, "score", cfg.workers)

@@ -2,14 +2,20 @@
 
 The prompt template is a file in the package (`prompts/proposer.txt`) and carries the exact
 `env` API and a worked example of the block format, because small models asked plainly write
-fenced rewrites and invent APIs (measured here on the embedded 0.5B and 1.5B).
+fenced rewrites and invent APIs (measured here on the embedded 0.5B and 1.5B). The API section
+(`{api}` in the template) is built from the tools the task really hands a run (`task_tools`:
+python always, retrieve when the task has a retriever) and the budget numbers, so that a QA
+harness's proposer learns of `env.tools.retrieve` and an RG one is not told of a tool it lacks.
+A custom template without `{api}` gets no API section.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from importlib import resources
+from typing import Any
 
 from whale.harness import Budget
 from whale.models import ChatModel, ModelError, Sampling
@@ -37,14 +43,62 @@ def load_template(name: str) -> str:
     return resources.files("whale.revise").joinpath("prompts", name).read_text(encoding="utf-8")
 
 
-def render(template: str, description: str, source: str, report: str, budget: Budget) -> str:
-    # str.replace, not str.format: harness sources are full of braces.
+def task_tools(task: Any) -> tuple[str, ...]:
+    """The tools a run of `task` gets, as the evaluator hands them out (evaluate.py passes the
+    task's `retriever`, when it has one, to every run): python always, retrieve when the task
+    has a retriever. Reading `task.retriever` may build (and cache) the task's index; the
+    feedback run that precedes the prompt has already done so."""
+    return ("python", "retrieve") if getattr(task, "retriever", None) is not None else ("python",)
+
+
+def api_section(tools: Sequence[str], budget: Budget) -> str:
+    """The `env` API a harness of a task with `tools` may use, with its budget per question."""
+    retrieve = "retrieve" in tools
+    lines = [
+        "- `env.llm(messages, max_tokens=None, temperature=None, stop=None)`: calls the solver. "
+        '`messages` is a list of {"role": "system"|"user"|"assistant", "content": str} (or one '
+        "string). Returns a reply that IS a str (the text) and also has `.text` and "
+        '`.finish_reason` ("stop" or "length").',
+        "- `env.tools.python(code, timeout=10)`: runs Python code in a fresh sandbox; returns a "
+        "str of what it printed (stdout, then stderr and any error), with `.stdout`, `.stderr`, "
+        "`.error`.",
+    ]
+    if retrieve:
+        lines.append(
+            "- `env.tools.retrieve(query, k=5)`: searches the task's passage corpus (BM25) and "
+            'returns a list of at most k (capped at 50) passages, best first, each a dict {"id", '
+            '"title", "text", "score"}. An empty query returns [] and costs nothing.'
+        )
+    left = ["`.model_calls`", "`.tool_calls`"] + (["`.retrievals`"] if retrieve else [])
+    lines.append(f"- `env.budget`: what is left: {', '.join(left)}, `.seconds`.")
+    spend = [f"{budget.model_calls} model calls", f"{budget.tool_calls} python calls"]
+    if retrieve:
+        spend.append(f"{budget.retrievals} retrievals")
+    lines.append(
+        f"Nothing else exists on `env`. Budget per question: {', '.join(spend)}; a call past "
+        "the budget ends the run."
+    )
+    return "\n".join(lines)
+
+
+def render(
+    template: str,
+    description: str,
+    source: str,
+    report: str,
+    budget: Budget,
+    tools: Sequence[str] = ("python",),
+) -> str:
+    # str.replace, not str.format: harness sources are full of braces. The API goes in first,
+    # so that a harness or report that happens to contain "{api}" is left alone.
+    template = template.replace("{api}", api_section(tools, budget))
     values = {
         "{description}": description,
         "{source}": source.rstrip(),
         "{report}": report,
         "{model_calls}": str(budget.model_calls),
         "{tool_calls}": str(budget.tool_calls),
+        "{retrievals}": str(budget.retrievals),
     }
     for key, value in values.items():
         template = template.replace(key, value)
@@ -65,8 +119,16 @@ class Proposer:
         self.model, self.cfg = model, cfg
         self.template = load_template(cfg.template)
 
-    def prompt(self, description: str, source: str, report: str, budget: Budget) -> str:
-        return render(self.template, description, source, report, budget)
+    def prompt(
+        self,
+        description: str,
+        source: str,
+        report: str,
+        budget: Budget,
+        tools: Sequence[str] = ("python",),
+    ) -> str:
+        """`tools`: what a run of the task gets (`task_tools(task)`)."""
+        return render(self.template, description, source, report, budget, tools)
 
     def uses_grammar(self) -> bool:
         if self.cfg.grammar == "auto":

@@ -4,7 +4,9 @@ Right and wrong answers, with trace excerpts of the failures (model messages, to
 results, errors, status, the grader's word), cut to a character budget so that a long trace
 can never blow up the proposer's context (dspy#9059 sent 568K tokens). The expected answer
 appears only when `show_expected` is on; it is meant for feedback questions only, never for
-scoring or eval questions, which never reach a report.
+eval questions, which never reach a report. With the default shared dev pool the feedback
+questions ARE the scoring questions: `answer_echo_screen` (on by default) makes Select refuse a
+candidate that hard-codes their answers or text (see revise/screens.py).
 """
 
 from __future__ import annotations
@@ -25,6 +27,11 @@ class ReportConfig:
     show_expected: bool = True
     max_failures: int = 6
     max_correct: int = 6
+    # Select's answer-echo screen (revise/screens.py): with `show_expected` on and the default
+    # shared dev pool, the report shows the answers of the very questions that score
+    # candidates, so a candidate that hard-codes dev answers or questions is made invalid
+    # before it is scored. Off only to study what a proposer does without it.
+    answer_echo_screen: bool = True
 
 
 def clip(text: str, n: int) -> str:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 SelectRule = Literal["ratchet", "best-of-g"]
+SELECT_RULES: tuple[str, ...] = ("ratchet", "best-of-g")
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,10 @@ class Decision:
 
 def select(rule: SelectRule, parent_hash: str, parent_score: float,
            candidates: Sequence[Candidate]) -> Decision:  # fmt: skip
+    """The round's decision. An unknown `rule` is a ValueError (it used to fall through to
+    best-of-g, which may lower the kept score: a typo must not change the protocol)."""
+    if rule not in SELECT_RULES:
+        raise ValueError(f"unknown Select rule {rule!r}; known: {', '.join(SELECT_RULES)}")
     scored = [c for c in candidates if c.valid and c.score is not None and c.hash is not None]
     if not scored:
         return Decision(parent_hash, parent_score, parent_hash, parent_score, None, rule,

@@ -1,38 +1,51 @@
 """The run directory of `whale adapt`, and the outcome store that makes resume free.
 
 Every rollout is appended, as it finishes, to `outcomes.jsonl` (the rollout ledger), keyed by
-(harness hash, question id), with its trajectory in `trajectories/<hash>.jsonl`. Any later
-request for the same pair is answered from the store, so identical candidates are scored once
-and a killed run, resumed, pays for nothing twice. Proposals are stored per round for the same
-reason.
+(fingerprint, harness hash, question id), with its trajectory in `trajectories/<hash>.jsonl`.
+The fingerprint says what else produced the outcome (task and its config, solver identity,
+runtime budgets, limits, sampling: `whale.revise.run.outcome_fingerprint`), so an outcome is
+reused only by a request that would have produced it. Any later request for the same key is
+answered from the store, so identical candidates are scored once and a killed run, resumed,
+pays for nothing twice. Proposals are stored per round for the same reason.
+
+Nothing read back is trusted: a ledger row of the wrong shape, a row without a fingerprint
+(written by a whale before fingerprints, whose resume accepted config changes, so what
+produced it is unknown), a harness file whose content does not hash to its name, or an
+outcome whose trajectory is missing, is a `RecordError` naming the file (and line).
 """
 
 from __future__ import annotations
 
 import difflib
 import json
+import types
+import typing
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import MISSING, asdict, fields
 from pathlib import Path
 from typing import Any
 
-from whale.evaluate import EvalResult, JsonlWriter, Outcome, evaluate, read_jsonl
+from whale.evaluate import EvalResult, Outcome, evaluate
 from whale.harness import Runtime, Trajectory, harness_hash
+from whale.records import JsonlWriter, RecordError, iter_jsonl, read_json, write_atomic
 from whale.tasks import Question, Task
+
+Key = tuple[str, str, str]  # (fingerprint, harness hash, question id)
 
 
 class OutcomeStore:
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, fingerprint: str = "") -> None:
         self.dir = run_dir
+        self.fingerprint = fingerprint
         self.dir.mkdir(parents=True, exist_ok=True)
         (self.dir / "harnesses").mkdir(exist_ok=True)
         (self.dir / "trajectories").mkdir(exist_ok=True)
-        self._outcomes: dict[tuple[str, str], Outcome] = {}
-        for r in read_jsonl(self.dir / "outcomes.jsonl"):
-            h, split = r.pop("harness"), r.pop("split", None)
-            del split
-            self._outcomes[(h, r["question_id"])] = Outcome(**r)
-        self._ledger = JsonlWriter(self.dir / "outcomes.jsonl")
+        self._outcomes: dict[Key, Outcome] = {}
+        path = self.dir / "outcomes.jsonl"
+        for n, row in iter_jsonl(path):
+            key, outcome = ledger_row(row, f"{path}:{n}")
+            self._outcomes[key] = outcome
+        self._ledger = JsonlWriter(path)
         self.new_rollouts = 0
         self._trajs: dict[str, dict[str, Trajectory]] = {}
 
@@ -40,22 +53,50 @@ class OutcomeStore:
     def rollouts(self) -> int:
         return len(self._outcomes)
 
+    def _harness_path(self, h: str) -> Path:
+        return self.dir / "harnesses" / f"{h}.py"
+
     def save_harness(self, source: str) -> str:
         h = harness_hash(source)
-        path = self.dir / "harnesses" / f"{h}.py"
-        if not path.exists():
-            path.write_text(source)
+        path = self._harness_path(h)
+        try:
+            intact = harness_hash(path.read_text(encoding="utf-8")) == h
+        except (OSError, UnicodeDecodeError):
+            intact = False
+        if not intact:  # absent, or cut by an edit: this source is what the name says
+            write_atomic(path, source)
         return h
 
     def harness(self, h: str) -> str:
-        return (self.dir / "harnesses" / f"{h}.py").read_text()
+        """The source saved under hash `h`, checked against the hash."""
+        path = self._harness_path(h)
+        try:
+            source = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise RecordError(f"{path}: cannot read the harness ({e})") from None
+        got = harness_hash(source)
+        if got != h:
+            raise RecordError(
+                f"{path}: its content hashes to {got}, not {h}: the file was cut or edited "
+                "(restore it, or start a new run)"
+            )
+        return source
 
     def trajectories(self, h: str) -> dict[str, Trajectory]:
-        """Trajectories of harness `h` by question id: read from disk once, then kept current
-        as new runs finish (the parent harness is asked for every round)."""
+        """Trajectories of harness `h` under this store's fingerprint, by question id: read
+        from disk once, then kept current as new runs finish."""
         if h not in self._trajs:
-            rows = read_jsonl(self.dir / "trajectories" / f"{h}.jsonl")
-            self._trajs[h] = {r["question_id"]: Trajectory.from_dict(r) for r in rows}
+            path = self.dir / "trajectories" / f"{h}.jsonl"
+            known: dict[str, Trajectory] = {}
+            for n, row in iter_jsonl(path):
+                if row.get("fingerprint", "") != self.fingerprint:
+                    continue
+                try:
+                    t = Trajectory.from_dict(row)
+                except (TypeError, ValueError) as e:
+                    raise RecordError(f"{path}:{n}: not a trajectory ({e})") from None
+                known[t.question_id] = t
+            self._trajs[h] = known
         return self._trajs[h]
 
     def evaluate(
@@ -70,17 +111,19 @@ class OutcomeStore:
     ) -> EvalResult:
         """Outcomes of `source` on `questions`, running only the pairs not yet in the store."""
         h = self.save_harness(source)
-        missing = [q for q in questions if (h, q.id) not in self._outcomes]
+        fp = self.fingerprint
+        missing = [q for q in questions if (fp, h, q.id) not in self._outcomes]
+        traj_path = self.dir / "trajectories" / f"{h}.jsonl"
+        known = self.trajectories(h)
         if missing:
-            traj_f = JsonlWriter(self.dir / "trajectories" / f"{h}.jsonl")
-
-            known = self.trajectories(h)
+            traj_f = JsonlWriter(traj_path)
 
             def done(o: Outcome, t: Trajectory) -> None:
-                traj_f.write(t.to_dict())  # trajectory first: an outcome implies its trajectory
+                # trajectory first: an outcome implies its trajectory
+                traj_f.write({"fingerprint": fp, **t.to_dict()})
                 known[o.question_id] = t
-                self._ledger.write({"harness": h, "split": split, **asdict(o)})
-                self._outcomes[(h, o.question_id)] = o
+                self._ledger.write({"fingerprint": fp, "harness": h, "split": split, **asdict(o)})
+                self._outcomes[(fp, h, o.question_id)] = o
                 self.new_rollouts += 1
                 if on_done is not None:
                     on_done()
@@ -89,16 +132,70 @@ class OutcomeStore:
                 evaluate(runtime, source, task, missing, workers, on_done=done)
             finally:
                 traj_f.close()
-        trajs = self.trajectories(h)
-        outcomes = [self._outcomes[(h, q.id)] for q in questions]
-        return EvalResult(outcomes, [trajs[q.id] for q in questions])
+        lost = [q.id for q in questions if q.id not in known]
+        if lost:
+            raise RecordError(
+                f"{traj_path}: no trajectory for {len(lost)} question(s) whose outcomes are in "
+                f"{self.dir / 'outcomes.jsonl'} (first: {lost[0]}); the file was deleted or cut"
+            )
+        outcomes = [self._outcomes[(fp, h, q.id)] for q in questions]
+        return EvalResult(outcomes, [known[q.id] for q in questions])
 
     def close(self) -> None:
         self._ledger.close()
 
 
+_OUTCOME_HINTS = typing.get_type_hints(Outcome)
+_REQUIRED = {
+    f.name for f in fields(Outcome) if f.default is MISSING and f.default_factory is MISSING
+}
+
+
+def ledger_row(row: dict[str, Any], where: str) -> tuple[Key, Outcome]:
+    """The key and outcome of one ledger row, or RecordError naming `where` (file:line)."""
+    if "fingerprint" not in row:
+        raise RecordError(
+            f"{where}: a ledger row without an outcome fingerprint (written by an older whale, "
+            "whose resume accepted config changes, so what produced it is unknown); start a new "
+            "run directory"
+        )
+    extra = sorted(set(row) - set(_OUTCOME_HINTS) - {"fingerprint", "harness", "split"})
+    missing = sorted((_REQUIRED | {"harness"}) - set(row))
+    if extra or missing:
+        raise RecordError(f"{where}: not a ledger row (missing {missing}, unknown {extra})")
+    for name, hint in (("fingerprint", str), ("harness", str), ("split", str | None)):
+        if not _fits(row.get(name), hint):
+            raise RecordError(f"{where}: {name} is {row.get(name)!r}, not a {hint}")
+    values = {k: v for k, v in row.items() if k in _OUTCOME_HINTS}
+    for name, value in values.items():
+        if not _fits(value, _OUTCOME_HINTS[name]):
+            raise RecordError(f"{where}: {name} is {value!r}, not a {_OUTCOME_HINTS[name]}")
+    o = Outcome(**values)
+    return (row["fingerprint"], row["harness"], o.question_id), o
+
+
+def _fits(value: Any, hint: Any) -> bool:
+    """Enough of a type check for the ledger's flat fields (str, int, float, bool, X | None)."""
+    union = isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
+    for arm in typing.get_args(hint) if union else (hint,):
+        if arm is float:
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+        elif arm is int:
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif arm is type(None):
+            ok = value is None
+        elif isinstance(typing.get_origin(arm) or arm, type):  # str, bool, dict[str, Any] ...
+            ok = isinstance(value, typing.get_origin(arm) or arm)
+        else:  # a hint this check does not know: accept
+            ok = True
+        if ok:
+            return True
+    return False
+
+
 class RoundDir:
-    """round_NN/: report, prompt, proposals, candidates with diffs, decision."""
+    """round_NN/: report, prompt, proposals, candidates with diffs, decision. Every file is
+    written whole (tmp + rename), and read back as RecordError when it is not valid."""
 
     def __init__(self, run_dir: Path, t: int) -> None:
         self.path = run_dir / f"round_{t:02d}"
@@ -108,15 +205,14 @@ class RoundDir:
         return (self.path / name).exists()
 
     def write_text(self, name: str, text: str) -> None:
-        (self.path / name).write_text(text, encoding="utf-8")
+        # Reports quote harness output, which may hold lone surrogates: escaped, not a crash.
+        write_atomic(self.path / name, text, errors="backslashreplace")
 
     def write_json(self, name: str, obj: Any) -> None:
-        tmp = self.path / f".{name}.tmp"
-        tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False), encoding="utf-8")
-        tmp.replace(self.path / name)  # atomic: a killed write leaves the old file or none
+        write_atomic(self.path / name, json.dumps(obj, indent=2))
 
     def read_json(self, name: str) -> Any:
-        return json.loads((self.path / name).read_text(encoding="utf-8"))
+        return read_json(self.path / name)
 
 
 def diff(parent: str, child: str) -> str:

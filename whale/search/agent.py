@@ -25,12 +25,25 @@ from whale.revise.edits import apply_edits
 from whale.search.archive import ArchiveError
 from whale.search.tools import PROTOCOL_HELP, TOOL_NAMES, ArchiveTools, ToolRefused, parse_call
 
-# One optional line of thought, then the CALL line; free text after it (the submit body).
-CALL_GRAMMAR = (
-    'root ::= (thought "\\n")? "CALL " tool " {" [^\\n]* "}" ("\\n" [\\x00-\\U0010FFFF]*)?\n'
-    "thought ::= [^\\n]{1,300}\n"
-    "tool ::= " + " | ".join(f'"{t}"' for t in TOOL_NAMES) + "\n"
-)
+# One optional line of thought, then the CALL line with flat JSON arguments (strings and
+# integers); only submit takes a body: SEARCH/REPLACE blocks or a fenced harness. Measured on the
+# embedded 1.5B with a looser grammar (any text inside the braces), 2 of 4 replies put code
+# with triple quotes in the arguments and ran to the token limit.
+CALL_GRAMMAR = r"""
+root ::= (thought "\n")? (look | submit)
+thought ::= [^C\n] [^\n]{0,300}
+look ::= "CALL " tool " " obj
+tool ::= TOOLS
+obj ::= "{}" | "{" pair (", " pair){0,3} "}"
+pair ::= str ": " (str | int)
+str ::= "\"" [^"\\\n]{0,200} "\""
+int ::= [0-9]{1,6}
+submit ::= "CALL submit {\"base\": \"c" [0-9]{4} "\", \"hypothesis\": " str "}\n" body
+body ::= block block? | fence
+block ::= "<<<<<<< SEARCH\n" line+ "=======\n" line* ">>>>>>> REPLACE\n"
+fence ::= "```python\n" line+ "```\n"
+line ::= [^<=>`\n] [^\n]* "\n" | "\n"
+""".replace("TOOLS", " | ".join(f'"{t}"' for t in TOOL_NAMES if t != "submit")).lstrip()
 
 
 @dataclass(frozen=True)
@@ -73,26 +86,39 @@ class Session:
 
 
 SYSTEM = """You improve a harness: a Python program `run(question, env) -> str` that uses a \
-small solver model to answer questions of one task. Earlier candidates are in an archive you \
-can read; each folder cNNNN/ holds harness.py, meta.json (score on the search questions, \
-parent, hypothesis), outcomes.jsonl (each question: answer, score, status, error) and \
-trajectories.jsonl. summary.jsonl lists every candidate.
+small solver model to answer questions of one task. In the harness, `env.llm(messages, \
+max_tokens=None, temperature=None, stop=None)` calls the solver and returns its reply (a str \
+with `.text`); `env.tools.python(code, timeout=10)` runs Python code in a sandbox and returns \
+what it printed (`.stdout`){retrieve}. The harness may use the standard library only.
+
+Earlier candidates are in an archive you can read; each folder cNNNN/ holds harness.py, \
+meta.json (score on the search questions, parent, hypothesis), outcomes.jsonl (each question: \
+answer, score, status, error) and trajectories.jsonl (the solver's prompts and replies).
 
 Tools (read-only, paths relative to the archive):
 - list {"path": "."}   - read {"path": "c0000/harness.py", "start": 1, "end": 40}
 - grep {"pattern": "fixed text", "path": "."}   - diff {"a": "c0000", "b": "c0001"}
 - top {"k": 5}   - failures {"id": "c0000", "n": 3}   - task {}
-- submit {"base": "cNNNN", "hypothesis": "one line"} followed by SEARCH/REPLACE blocks against \
-the base's harness.py (<<<<<<< SEARCH / exact lines / ======= / new lines / >>>>>>> REPLACE), \
-or by a whole new harness in one ```python block.
+- submit {"base": "cNNNN", "hypothesis": "one line"}, then on the next lines SEARCH/REPLACE \
+blocks against that candidate's harness.py (SEARCH copies whole lines exactly).
+The example below only shows the format; find your own change from the archive.
 
-{protocol} Look at the best candidates and their failures, then submit one candidate that \
-should score higher. You have {steps} replies in all; the last one must be a submit."""
+{protocol} You have {steps} replies in all; the last one must be a submit. An example of a \
+submit, for some other harness:
+
+CALL submit {"base": "c0003", "hypothesis": "answers end with a period the grader rejects"}
+<<<<<<< SEARCH
+    return answer
+=======
+    return answer.rstrip(".")
+>>>>>>> REPLACE
+"""
 
 
 class ProposerAgent:
-    def __init__(self, model: ChatModel, tools: ArchiveTools, cfg: AgentConfig = AgentConfig()):
-        self.model, self.tools, self.cfg = model, tools, cfg
+    def __init__(self, model: ChatModel, tools: ArchiveTools, cfg: AgentConfig = AgentConfig(),
+                 retrieval: bool = False) -> None:  # fmt: skip
+        self.model, self.tools, self.cfg, self.retrieval = model, tools, cfg, retrieval
 
     def uses_grammar(self) -> bool:
         if self.cfg.grammar == "auto":
@@ -102,9 +128,10 @@ class ProposerAgent:
     def run(self, iteration: int, index: int, seed: int, brief: str) -> Session:
         """One session; `brief` says where the search stands (the top candidates)."""
         s = Session(iteration, index, seed)
-        system = SYSTEM.replace("{protocol}", PROTOCOL_HELP).replace(
-            "{steps}", str(self.cfg.max_steps)
-        )
+        retrieve = (", and `env.tools.retrieve(query, k=5)` returns passages {id, title, text}"
+                    if self.retrieval else "")  # fmt: skip
+        system = (SYSTEM.replace("{protocol}", PROTOCOL_HELP)
+                  .replace("{steps}", str(self.cfg.max_steps)).replace("{retrieve}", retrieve))
         s.messages = [{"role": "system", "content": system},
                       {"role": "user", "content": brief}]  # fmt: skip
         grammar = CALL_GRAMMAR if self.uses_grammar() else None

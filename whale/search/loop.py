@@ -24,10 +24,12 @@ from pathlib import Path
 
 from whale.evaluate import EvalResult
 from whale.harness import Runtime, harness_hash
+from whale.revise.screens import AnswerEchoScreen
 from whale.revise.store import OutcomeStore
 from whale.search.agent import ProposerAgent, Session, Submission
 from whale.search.archive import Archive, CandidateMeta
 from whale.search.patience import Patience
+from whale.search.tools import ArchiveTools, ToolCall
 from whale.tasks import Question, Task
 
 SEED_ID = "c0000"
@@ -38,6 +40,9 @@ class SearchSettings:
     iterations: int = 6
     m: int = 2
     patience: Patience | None = None  # None: run all iterations (fixed budget)
+    # The agent reads answers in the archive: a candidate that hard-codes answers or prompts
+    # of the search questions (that its base did not) is invalid, reason "answer echo".
+    answer_echo_screen: bool = True
     max_rollouts: int | None = None  # the operator's budget in rollouts, counted in the store
     workers: int = 4
     seed: int = 0
@@ -78,6 +83,7 @@ def search(
     say: Callable[[str], None] = lambda s: None,
 ) -> SearchResult:
     sessions = store.dir / "sessions"
+    screen = AnswerEchoScreen(task, search_set) if cfg.answer_echo_screen else None
     if SEED_ID not in {m.id for m in archive.candidates()}:
         ev = store.evaluate(runtime, seed_source, task, search_set, "search", cfg.workers)
         _archive(archive, CandidateMeta(SEED_ID, None, 0, "seed", harness_hash(seed_source),
@@ -95,7 +101,8 @@ def search(
                 continue
             session = _session(sessions / f"{cid}.json", agent, archive, j, i, cfg)
             calls += len(session.calls)
-            _score_submission(cid, j, session, task, search_set, runtime, store, archive, cfg)
+            _score_submission(cid, j, session, task, search_set, runtime, store, archive, cfg,
+                              screen)  # fmt: skip
         best = archive.best() or seed
         best_after.append(best.score or 0.0)
         valid = sum(archive.get(c).valid for c in ids)
@@ -114,14 +121,21 @@ def search(
                         accepted.score or 0.0, records, stopped)  # fmt: skip
 
 
-def brief(archive: Archive, iteration: int, k: int = 5) -> str:
-    """Where the search stands, as the agent's first user message."""
+def brief(archive: Archive, tools: ArchiveTools, iteration: int, k: int = 5) -> str:
+    """Where the search stands, as the agent's first user message: the top candidates, recent
+    invalid ones, and the best one's source and failures (small models spend their few steps
+    better when these are already in view; the tools reach everything else)."""
     rows = [f"- {m.id}: score {m.score:.3f}, parent {m.parent_id}, hypothesis: {m.hypothesis}"
             for m in archive.top(k)]  # fmt: skip
     invalid = [m for m in archive.candidates() if not m.valid][-3:]
     lines = [f"Iteration {iteration}. {len(archive)} candidates archived. Best so far:", *rows]
     if invalid:
-        lines += ["Recent invalid candidates:", *(f"- {m.id}: {m.reason}" for m in invalid)]
+        lines += ["Recent invalid candidates:", *(f"- {m.id}: {m.reason[:200]}" for m in invalid)]
+    best = archive.best()
+    if best is not None:
+        lines += [f"\n{best.id}/harness.py:", tools.call(ToolCall("read", {"path":
+                  f"{best.id}/harness.py"})), "", tools.call(ToolCall("failures",
+                  {"id": best.id, "n": 2}))]  # fmt: skip
     return "\n".join(lines)
 
 
@@ -134,14 +148,16 @@ def _session(path: Path, agent: ProposerAgent, archive: Archive, j: int, i: int,
         s = Session(**d)
         s.submission = Submission(**sub) if sub else None
         return s
-    s = agent.run(j, i, seed=cfg.seed * 100_000 + j * 100 + i, brief=brief(archive, j))
+    s = agent.run(j, i, seed=cfg.seed * 100_000 + j * 100 + i,
+                  brief=brief(archive, agent.tools, j))  # fmt: skip
     s.save(path)
     return s
 
 
 def _score_submission(cid: str, j: int, session: Session, task: Task,
                       search_set: Sequence[Question], runtime: Runtime, store: OutcomeStore,
-                      archive: Archive, cfg: SearchSettings) -> None:  # fmt: skip
+                      archive: Archive, cfg: SearchSettings,
+                      screen: AnswerEchoScreen | None) -> None:  # fmt: skip
     sub = session.submission
     if sub is None:
         meta = CandidateMeta(cid, None, j, "", None, False, f"no submission ({session.ended})")
@@ -150,6 +166,13 @@ def _score_submission(cid: str, j: int, session: Session, task: Task,
     parent = sub.base if sub.base in {m.id for m in archive.candidates()} else None
     if not sub.valid or sub.source is None:  # Apply said why (it checks the run contract)
         archive.add(CandidateMeta(cid, parent, j, sub.hypothesis, None, False, sub.reason), None)
+        return
+    echo = None
+    if screen is not None and parent is not None:
+        echo = screen.check(sub.source, archive.source(parent))
+    if echo is not None:  # invalid before any rollout is paid; its source is kept to read
+        meta = CandidateMeta(cid, parent, j, sub.hypothesis, harness_hash(sub.source), False, echo)
+        archive.add(meta, sub.source)
         return
     ev = store.evaluate(runtime, sub.source, task, search_set, "search", cfg.workers)
     meta = CandidateMeta(cid, parent, j, sub.hypothesis, harness_hash(sub.source), True)

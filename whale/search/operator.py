@@ -35,7 +35,8 @@ class SearchOperator:
         self.calls += 1
         archive = Archive(self.root / f"phase_{self.calls:02d}", [q.id for q in self.search_set])
         agent = ProposerAgent(self.proposer, ArchiveTools(archive, task.description),
-                              self.agent_cfg)  # fmt: skip
+                              self.agent_cfg,
+                              retrieval=getattr(task, "retriever", None) is not None)  # fmt: skip
         before = self.store.rollouts
         cfg = replace(
             self.settings,

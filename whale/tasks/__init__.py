@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from whale.config import at_least
 from whale.tasks.base import (
     EvalAlreadyRead,
     Grade,
@@ -29,6 +30,13 @@ class TaskConfig:
     seed: int = 0
     config: dict[str, Any] = field(default_factory=dict)  # the family's own overrides
 
+    def validate(self) -> None:
+        """Ranges, checked by `whale.config.build`. The family's own `config` is checked by
+        the family when the task is loaded (`load_task`)."""
+        if not self.id.strip():
+            raise ValueError("id: must not be empty")
+        at_least(self, 1, "size")
+
 
 TASK_IDS = [
     ("rg:FAMILY", "a Reasoning Gym family, 106 of them (`whale tasks --families`)"),
@@ -49,6 +57,8 @@ def load_task(
     that does not load raises UnknownTask naming the file, the record and the field."""
     kind, _, rest = task_id.partition(":")
     config = dict(config or {})
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise UnknownTask(f"task {task_id}: size must be a positive integer (got {size!r})")
     try:
         if kind == "rg" and rest:
             from whale.tasks.rg import ReasoningGymTask
@@ -57,6 +67,9 @@ def load_task(
         if kind == "mhqa" and not rest:
             from whale.tasks.mhqa import generated_task
 
+            unknown = sorted(set(config) - {"passages"})
+            if unknown:
+                raise UnknownTask(f"mhqa: unknown config field(s) {unknown}; known: ['passages']")
             return generated_task(seed=seed, size=size, passages=config.get("passages"))
         if kind in ("hotpotqa", "musique", "2wiki", "searchqa", "math") and rest:
             from whale.tasks import judged, math, qa_files

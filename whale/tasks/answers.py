@@ -22,6 +22,13 @@ def normalize_answer(s: str) -> str:
     return " ".join(s.split())
 
 
+def contains_answer(text: str, answer: str) -> bool:
+    """Whether the normalized `answer` occurs in the normalized `text` as whole words: "paris"
+    is in "Paris is the capital" but not in "comparisons". An empty answer is in nothing."""
+    a = normalize_answer(answer)
+    return bool(a) and f" {a} " in f" {normalize_answer(text)} "
+
+
 def em_f1(prediction: str, gold: str) -> tuple[float, float]:
     p, g = normalize_answer(prediction), normalize_answer(gold)
     em = float(p == g)
@@ -57,6 +64,10 @@ def last_boxed(text: str) -> str | None:
     return None
 
 
+MAX_NUMBER_CHARS = 200
+_EXPONENT = re.compile(r"[eE]([+-]?\d{1,12})")
+
+
 def parse_number(text: str) -> Fraction | None:
     """A number written as an integer, decimal, fraction, LaTeX \\frac, percent or with commas."""
     t = text.strip().strip("$").strip()
@@ -67,9 +78,16 @@ def parse_number(text: str) -> Fraction | None:
     t = re.sub(r"\\(?:text|mathrm)\{[^}]*\}", "", t)
     m = re.fullmatch(r"\\d?frac\{(-?\d+)\}\{(-?\d+)\}", t.replace("\\dfrac", "\\frac"))
     if m:
+        if len(t) > MAX_NUMBER_CHARS:
+            return None
         return Fraction(int(m.group(1)), int(m.group(2))) if int(m.group(2)) else None
     percent = t.endswith("%")
     t = t.rstrip("%")
+    # Fraction("1e999999999") builds a billion-digit integer (minutes of CPU in the grader,
+    # from one answer): a number longer than any real answer, or with an exponent past 400, is
+    # not read as a number.
+    if len(t) > MAX_NUMBER_CHARS or any(abs(int(e)) > 400 for e in _EXPONENT.findall(t)):
+        return None
     try:
         if "/" in t:
             a, b = t.split("/", 1)

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from whale.records import RecordError, read_json, write_atomic
+
 
 @dataclass(frozen=True)
 class Question:
@@ -122,7 +124,9 @@ class EvalAlreadyRead(RuntimeError):
 class SealedSplit:
     """The held-out split: its questions come out once, for a stated purpose and a stated set of
     harnesses, and the read is recorded in `record` (a JSON file in the run directory). A
-    second read is refused, except to finish the same read after a crash (same harnesses)."""
+    second read is refused, except to finish the same read after a crash: the same harnesses
+    and the same questions (by id; a changed split or seed would draw other ones). The record
+    is written whole (tmp + rename); a record that is cut or edited is a RecordError."""
 
     def __init__(self, questions: Sequence[Question], record: Path) -> None:
         self._questions = list(questions)
@@ -133,16 +137,25 @@ class SealedSplit:
 
     def open(self, purpose: str, harness_hashes: Sequence[str]) -> list[Question]:
         hashes = sorted(harness_hashes)
+        ids = [q.id for q in self._questions]
         if self.record.exists():
-            prior = json.loads(self.record.read_text())
+            prior = read_json(self.record)
+            if not isinstance(prior, dict) or not isinstance(prior.get("question_ids"), list):
+                raise RecordError(f"{self.record}: not a record of an eval read")
             if prior.get("harnesses") != hashes:
                 raise EvalAlreadyRead(
                     f"the eval split was already read at {prior.get('at')} for "
                     f"{prior.get('purpose')!r} (harnesses {prior.get('harnesses')}); "
                     "it is read once"
                 )
+            if sorted(map(str, prior["question_ids"])) != sorted(ids):
+                raise EvalAlreadyRead(
+                    f"the eval split was already read at {prior.get('at')} with other questions "
+                    f"({len(prior['question_ids'])} recorded in {self.record}, {len(ids)} asked "
+                    "now; did the split sizes, the seed or the task change?); it is read once"
+                )
             prior["resumed"] = prior.get("resumed", 0) + 1
-            self.record.write_text(json.dumps(prior, indent=2))
+            write_atomic(self.record, json.dumps(prior, indent=2))
             return list(self._questions)
         self.record.parent.mkdir(parents=True, exist_ok=True)
         entry = {
@@ -150,7 +163,7 @@ class SealedSplit:
             "harnesses": hashes,
             "n": len(self._questions),
             "at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-            "question_ids": [q.id for q in self._questions],
+            "question_ids": ids,
         }
-        self.record.write_text(json.dumps(entry, indent=2))
+        write_atomic(self.record, json.dumps(entry, indent=2))
         return list(self._questions)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from whale.retrieval import Passage
-from whale.tasks.answers import normalize_answer
+from whale.tasks.answers import contains_answer, normalize_answer
 from whale.tasks.base import Grade, Question
 from whale.tasks.mhqa import MultiHopTask
 
@@ -111,23 +111,31 @@ def _quantity(text: str) -> tuple[float, str] | None:
 
 
 def rubric_grade(answer: str, reference: str, aliases: list[str] | tuple[str, ...] = ()) -> Grade:
+    """Exact match and aliases decide first: a title such as "No Country for Old Men", "Never
+    Let Me Go" or "The Unknown Soldier" is the answer, not a negation or a refusal. The reject
+    rules then look only at what the answer says besides the reference (its spans removed), so
+    "not Paris" is still a contradictory entity and "Paris, I think, or not" is not accepted."""
     golds = [reference, *aliases]
     a = answer.strip()
     na, ngolds = normalize_answer(a), [normalize_answer(g) for g in golds]
-    if not na or _NO_COMMIT.search(a):
+    if not na:
         return Grade(0.0, False, "reject: no commitment")
-    if len(a.split()) > DUMP_WORDS or len(re.findall(r"[.!?](\s|$)", a)) > 2:
-        return Grade(0.0, False, "reject: passage dumping")
-    parts = [p for p in _SPLIT.split(a) if p.strip()]
-    if len(parts) > 1 and not any(na == g for g in ngolds):
-        if any(normalize_answer(p) in ngolds for p in parts):
-            return Grade(0.0, False, "reject: multiple candidates")
-    if any(g and g in na for g in ngolds) and _NEGATION.search(a):
-        return Grade(0.0, False, "reject: contradictory entity")
     if na == ngolds[0]:
         return Grade(1.0, True, "accept: exact")
     if na in ngolds[1:]:
         return Grade(1.0, True, "accept: alias")
+    rest = f" {na} "
+    for g in sorted((g for g in ngolds if g), key=len, reverse=True):
+        rest = rest.replace(f" {g} ", "  ")
+    if _NO_COMMIT.search(rest):
+        return Grade(0.0, False, "reject: no commitment")
+    if len(a.split()) > DUMP_WORDS or len(re.findall(r"[.!?](\s|$)", a)) > 2:
+        return Grade(0.0, False, "reject: passage dumping")
+    parts = [p for p in _SPLIT.split(a) if p.strip()]
+    if len(parts) > 1 and any(normalize_answer(p) in ngolds for p in parts):
+        return Grade(0.0, False, "reject: multiple candidates")
+    if rest != f" {na} " and _NEGATION.search(rest):
+        return Grade(0.0, False, "reject: contradictory entity")
     for g in golds:
         short, long_ = sorted((a, g), key=len)
         if len(short.replace(".", "")) >= 2 and short.replace(".", "").isupper():
@@ -200,7 +208,8 @@ class JudgedQATask(MultiHopTask):
 def searchqa(path: str | Path, judge: RubricJudge | None = None) -> JudgedQATask:
     """SearchQA-style JSON or JSONL: records {id?, question, answer, aliases?, search_results:
     [{title?, snippet}]}. The corpus is every snippet; a question's gold passages are its own
-    snippets that contain the answer (the answer-bearing ones)."""
+    snippets that contain the answer as whole words (the answer-bearing ones; normalized as
+    `normalize_answer`, aliases not counted)."""
     from whale.tasks.qa_files import DatasetError, _field, _records
 
     passages: list[Passage] = []
@@ -217,7 +226,8 @@ def searchqa(path: str | Path, judge: RubricJudge | None = None) -> JudgedQATask
                 )
             pid = f"q{qid}-s{j}"
             passages.append(Passage(pid, str(sr.get("title") or ""), sr["snippet"]))
-            if normalize_answer(answer) in normalize_answer(sr["snippet"]):
+            # Whole words: a substring test counted "comparisons" as bearing "Paris".
+            if contains_answer(sr["snippet"], answer):
                 gold.append(pid)
         aliases = [a for a in r.get("aliases", []) if isinstance(a, str)]
         # Retrieval counts as a hit when any answer-bearing snippet was retrieved.

@@ -15,6 +15,7 @@ world, passages and questions.
 from __future__ import annotations
 
 import random
+from collections import Counter
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -89,8 +90,20 @@ class WorldSize:
         return self.countries + self.cities + self.orgs + self.people + self.works + self.events
 
     def scaled(self, passages: int) -> WorldSize:
+        """A world of about `passages` passages; each kind keeps at least 8 entities, so the
+        smallest world is MIN_PASSAGES. ValueError below that (it would be silently bigger)."""
+        if isinstance(passages, bool) or not isinstance(passages, int):
+            raise ValueError(f"passages must be an integer (got {passages!r})")
+        if passages < MIN_PASSAGES:
+            raise ValueError(
+                f"task.config.passages = {passages} is below the minimum, {MIN_PASSAGES} "
+                "(each of the 6 kinds of entity keeps at least 8)"
+            )
         f = passages / self.passages
         return WorldSize(*(max(8, round(getattr(self, k) * f)) for k in self.__dataclass_fields__))
+
+
+MIN_PASSAGES = 8 * len(WorldSize.__dataclass_fields__)
 
 
 class _Names:
@@ -268,12 +281,23 @@ class World:
         first = oi if oi["founded"] < oj["founded"] else oj
         return q, first["name"], [f"org:{i}", f"org:{j}"], kind
 
+    def capacity(self) -> int:
+        """How many distinct questions `question()` can draw: 5 chain kinds per work (titles
+        are unique), plus every ordered pair of people (organizations) whose years differ."""
+
+        def pairs(items: list[dict[str, Any]], key: str) -> int:
+            years = Counter(x[key] for x in items)
+            return len(items) * (len(items) - 1) - sum(c * (c - 1) for c in years.values())
+
+        return 5 * len(self.works) + pairs(self.people, "born") + pairs(self.orgs, "founded")
+
     @staticmethod
     def _distinct(rng: random.Random, items: list[dict[str, Any]], key: str) -> tuple[int, int]:
-        while True:
+        for _ in range(100_000):  # bounded: a world where all years are equal never ends
             i, j = rng.randrange(len(items)), rng.randrange(len(items))
             if i != j and items[i][key] != items[j][key]:
                 return i, j
+        raise ValueError(f"no two entities with different '{key}' found in 100000 draws")
 
 
 class MultiHopTask:
@@ -325,12 +349,30 @@ DESCRIPTION = (
 
 
 def generated_task(seed: int = 0, size: int = 200, passages: int | None = None) -> MultiHopTask:
-    """`size` questions over a world of about `passages` passages (default 50,560)."""
+    """`size` questions over a world of about `passages` passages (default 50,560; at least
+    MIN_PASSAGES). ValueError when the world holds fewer than `size` distinct questions, or
+    when drawing them takes more than 100·size + 100,000 draws (a world nearly exhausted)."""
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ValueError(f"size must be a positive integer (got {size!r})")
     world = World(seed, WorldSize() if passages is None else WorldSize().scaled(passages))
+    limit = world.capacity()
+    if size > limit:
+        raise ValueError(
+            f"asked for {size} questions, but a world of {world.size.passages} passages holds "
+            f"at most {limit} distinct questions: ask for fewer or raise task.config.passages"
+        )
     rng = random.Random(seed * 7919 + 1)
     questions: list[Question] = []
     seen: set[str] = set()
+    draws = 0
     while len(questions) < size:
+        draws += 1
+        if draws > 100 * size + 100_000:
+            raise ValueError(
+                f"drew only {len(questions)} distinct questions of the {size} asked in "
+                f"{draws - 1} draws (the world holds {limit}): ask for fewer or raise "
+                "task.config.passages"
+            )
         q, answer, gold, kind = world.question(rng)
         if q in seen:
             continue

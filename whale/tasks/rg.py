@@ -4,21 +4,126 @@ Every family the installed `reasoning-gym` offers, by name, with size, seed and 
 own config overrides. The package's scorer grades: the raw score is kept, and only a score of
 1.0 counts as correct (scores are partial, e.g. 0.91 for a near miss). Families whose `answer`
 is None (many valid solutions) are graded by the same scorer from the entry's metadata.
+
+Where a scorer may run. Some of reasoning-gym 0.1.25's scorers evaluate the answer as code:
+sympy's `parse_expr` (which calls `eval`) or Python's `eval` itself. A harness answer of
+`exec("...") or <reference>` would then run in the grading process. So every family is in
+exactly one of two audited sets (tests/test_grading.py fails for a family in neither):
+
+- `IN_PROCESS`: scorers read by hand and by a call-graph grep (no eval/exec/sympy/pickle in
+  anything reachable from `score_answer`): string, `json`, `float`/`int`/`Decimal` and
+  numpy-comparison handling whose cost is at most about quadratic in the answer's length.
+  `grade()` runs them here, for answers up to `IN_PROCESS_MAX_CHARS` characters (longer ones
+  go to the jail too, which bounds the quadratic ones).
+- `JAILED` (family -> why): graded only out of process by `whale.grading` (a jailed process
+  with a timeout; only a float comes back). `grade()` refuses them (raises `GradeInJail`), so
+  no path runs such a scorer in the evaluator. Answers of the families in `SCREENS` must first
+  pass a pure string screen (`passes_screen`, no eval) or score 0 without being sent.
+
+Not covered: a future reasoning-gym whose scorer changes under the same family name (the
+version is pinned, and the audit test greps the installed scorers).
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import json
+import re
 from functools import cached_property
 from typing import Any
 
 from whale.tasks.base import Grade, Question, UnknownTask
+
+# Longest answer an audited scorer grades in this process; longer ones are graded in the jail
+# (with its timeout), so a quadratic scorer cannot stall the evaluator on a huge answer.
+IN_PROCESS_MAX_CHARS = 8192
+
+# Audited for reasoning-gym 0.1.25 (see the module docstring).
+IN_PROCESS = frozenset(
+    """ab acre advanced_geometry aiw arc_1d arc_agi base_conversion basic_arithmetic bf
+    binary_alternation caesar_cipher calendar_arithmetic chain_sum circuit_logic
+    color_cube_rotation complex_arithmetic count_bits count_primes course_schedule cryptarithm
+    decimal_arithmetic decimal_chain_sum dice emoji_mystery family_relationships figlet_font
+    fraction_simplification futoshiki game_of_life game_of_life_halting gcd graph_color
+    group_anagrams gsm_symbolic isomorphic_strings jugs kakurasu knight_swap knights_knaves
+    largest_island lcm leg_counting letter_counting letter_jumble list_functions mahjong_puzzle
+    manipulate_matrix maze mini_sudoku modulo_grid needle_haystack number_filtering
+    number_format number_sequence palindrome_generation palindrome_partitioning path_star
+    polynomial_equations pool_matrix power_function prime_factorization products quantum_lock
+    ransom_note rearc rectangle_count rotate_matrix rotten_oranges self_reference
+    sentence_reordering shortest_path simple_equations simple_geometry spell_backward
+    string_manipulation string_splitting string_synthesis sudoku survo syllogism
+    time_intervals tower_of_hanoi tsumego word_ladder word_sequence_reversal word_sorting
+    zebra_puzzles""".split()
+)
+
+_SYMPY = "sympy parse_expr evaluates the answer"
+_EVAL = "Python eval() of the answer"
+JAILED: dict[str, str] = {
+    "polynomial_multiplication": _SYMPY,
+    "simple_integration": _SYMPY,
+    "intermediate_integration": _SYMPY,
+    "puzzle24": _SYMPY,
+    "countdown": _SYMPY,
+    "binary_matrix": _EVAL,
+    "n_queens": _EVAL,
+    "spiral_matrix": _EVAL,
+    "string_insertion": _EVAL,
+    "bitwise_arithmetic": "the scorer calls eval() (on the reference)",
+    "number_sorting": "the scorer calls eval() (on the reference)",
+    "propositional_logic": "a recursive hand-written expression parser over the answer",
+    "coin_flip": "Fraction(answer): '1e999999999' computes a billion-digit integer",
+    "rush_hour": "moves 'A+<4000 digits>' loop that many steps",
+    "rubiks_cube": "moves 'R<digits>' build a list that long; magiccube not audited",
+    "codeio": "tree edit distance (zss), cubic in the answer's JSON",
+    "boxnet": "a backtracking regex over answer-controlled text",
+    "sokoban": "the game class is bound at run time, out of the audit's reach",
+    "composite": "delegates to the scorer of each mixed family",
+}
+
+# Families whose scorer evaluates the answer: the answer must pass this screen before it is
+# sent to the jail. "sympy": a plain arithmetic expression; "python": a Python literal, a bare
+# name, or text that does not compile (then eval() raises before anything runs).
+SCREENS: dict[str, str] = {
+    **dict.fromkeys(
+        ["polynomial_multiplication", "simple_integration", "intermediate_integration",
+         "puzzle24", "countdown"], "sympy"),
+    **dict.fromkeys(["binary_matrix", "n_queens", "spiral_matrix", "string_insertion"], "python"),
+}  # fmt: skip
+
+
+class GradeInJail(RuntimeError):
+    """`grade()` was asked to run a scorer that must run out of process (`whale.grading`)."""
 
 
 def families() -> list[str]:
     from reasoning_gym.factory import DATASETS
 
     return sorted(DATASETS)
+
+
+@dataclasses.dataclass(frozen=True)
+class JailedGrading:
+    """What the grading jail needs for one answer: how to build the family's dataset there (a
+    scorer may read the dataset's config), the entry to score against, the screen the answer
+    must pass first, and why this answer is not graded in process."""
+
+    family: str
+    size: int
+    seed: int
+    config_json: str
+    entry: Any = dataclasses.field(repr=False)
+    screen: str | None
+    reason: str
+
+    @property
+    def dataset_key(self) -> str:
+        """Same key, same dataset: one jailed grader serves every answer of one dataset."""
+        return json.dumps([self.family, self.size, self.seed, self.config_json])
+
+    def passes_screen(self, answer: str) -> bool:
+        return passes_screen(self.screen, answer)
 
 
 class ReasoningGymTask:
@@ -41,6 +146,10 @@ class ReasoningGymTask:
             raise UnknownTask(f"{family}: unknown config field(s) {bad}; known: {sorted(known)}")
         if family == "composite":
             self.config["datasets"] = _composite_specs(self.config.get("datasets"))
+        try:  # the grading jail rebuilds the dataset from this
+            self._config_json = json.dumps(_plain(self.config), sort_keys=True)
+        except (TypeError, ValueError) as e:
+            raise UnknownTask(f"rg:{family}: config must be plain data (JSON): {e}") from e
         self.name = f"rg:{family}"
 
     @cached_property
@@ -92,7 +201,36 @@ class ReasoningGymTask:
             return False
         return len(a) <= max(64, 4 * len(ref))
 
+    def isolation_reason(self, answer: str) -> str | None:
+        """Why this answer must be graded out of process, or None where `grade()` may."""
+        if self.family not in IN_PROCESS:
+            return JAILED.get(self.family, "scorer not audited")
+        if len(answer) > IN_PROCESS_MAX_CHARS:
+            return f"answer longer than {IN_PROCESS_MAX_CHARS} characters"
+        return None
+
+    def jailed_grading(self, question: Question, answer: str) -> JailedGrading | None:
+        """None: `grade()` scores this answer here. Otherwise what the grading jail needs."""
+        reason = self.isolation_reason(answer)
+        if reason is None:
+            return None
+        entry = question.reference
+        family = self.family
+        if family == "composite":  # screen by the family that made this entry
+            family = str(entry.get("metadata", {}).get("source_dataset", family))
+        return JailedGrading(
+            self.family, self.size, self.seed, self._config_json, entry,
+            SCREENS.get(family), reason,
+        )  # fmt: skip
+
     def grade(self, question: Question, answer: str) -> Grade:
+        """The audited in-process scorers only; raises GradeInJail for any other (see the
+        module docstring), so that no path runs a scorer that evaluates the answer here."""
+        reason = self.isolation_reason(answer)
+        if reason is not None:
+            raise GradeInJail(
+                f"rg:{self.family} is graded out of process ({reason}): use whale.grading.grade"
+            )
         fixed = _SCORER_FIXES.get(self.family)
         try:
             if fixed is not None:
@@ -101,8 +239,94 @@ class ReasoningGymTask:
                 score = float(self.dataset.score_answer(answer, question.reference))
         except Exception as e:  # noqa: BLE001 - a scorer crash on odd input is a zero, recorded
             return Grade(0.0, False, f"scorer error: {type(e).__name__}: {e}")
-        score = min(1.0, max(0.0, score))
+        score = min(1.0, max(0.0, score)) if score == score else 0.0  # NaN is a zero
         return Grade(score, score == 1.0)
+
+
+# --- the screens: pure string handling, nothing is evaluated ------------------------------
+
+# Names a plain answer of the sympy families may use besides single letters and letter+digits
+# (x, C, x1): the functions and constants their reference answers use, and a few more.
+MATH_NAMES = frozenset(
+    """sin cos tan cot sec csc asin acos atan acot sinh cosh tanh asinh acosh atanh exp log ln
+    sqrt Abs abs pi oo Integral""".split()
+)
+PLAIN_MAX_CHARS = 4096
+_PLAIN_CHARS = re.compile(r"[0-9A-Za-z \t\n+\-*/^()=,.]*\Z")
+_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9]*")
+_LETTER_DIGITS = re.compile(r"[A-Za-z][0-9]*\Z")
+
+
+def plain_expression(text: str) -> bool:
+    """An arithmetic expression and nothing more: ASCII digits, letters, whitespace,
+    `+ - * / ^ ( ) = ,`; a '.' only inside a number (no attribute access); names only single
+    letters, a letter and digits, or `MATH_NAMES` (so no keyword, builtin or sympy helper
+    beyond those: no `exec`, `or`, `lambda`); no quotes, brackets, underscores, ';' or '\\'.
+    At most PLAIN_MAX_CHARS characters."""
+    if len(text) > PLAIN_MAX_CHARS or not _PLAIN_CHARS.match(text):
+        return False
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c.isdigit():
+            m = _NUMBER.match(text, i)
+            assert m is not None
+            i = m.end()
+        elif c.isalpha():
+            m = _NAME.match(text, i)
+            assert m is not None
+            name = m.group(0)
+            if not (_LETTER_DIGITS.match(name) or name in MATH_NAMES):
+                return False
+            i = m.end()
+        elif c == ".":  # a number's '.' was consumed with the number
+            return False
+        else:
+            i += 1
+    return True
+
+
+_LITERAL_NODES = (ast.Expression, ast.Constant, ast.List, ast.Tuple, ast.Load, ast.Name,
+                  ast.UnaryOp, ast.USub, ast.UAdd)  # fmt: skip
+
+
+def python_literal_or_not_code(text: str) -> bool:
+    """What `eval(text)` may see: a Python literal (numbers, strings, lists, tuples, signed
+    numbers), a bare name (a lookup, no call: the reference answers of string_insertion are
+    such), or text that does not compile, so that eval raises before anything runs. Checked
+    as eval reads it (eval drops leading spaces and tabs) and stripped; anything the parser
+    cannot even read (deep nesting, NUL) is refused."""
+    if "\x00" in text:
+        return False
+    for variant in {text, text.lstrip(" \t"), text.strip()}:
+        try:
+            tree = ast.parse(variant, mode="eval")
+        except SyntaxError:
+            continue
+        except Exception:  # noqa: BLE001 - RecursionError, MemoryError: refuse
+            return False
+        for node in ast.walk(tree):
+            if not isinstance(node, _LITERAL_NODES):
+                return False
+            if isinstance(node, ast.Name) and node.id.startswith("_"):
+                return False
+            if isinstance(node, ast.UnaryOp) and not isinstance(node.operand, ast.Constant):
+                return False
+    return True
+
+
+def passes_screen(kind: str | None, answer: str) -> bool:
+    if kind is None:
+        return True
+    if kind == "sympy":
+        return plain_expression(answer)
+    if kind == "python":
+        return python_literal_or_not_code(answer)
+    return False  # an unknown screen lets nothing through
+
+
+# --- helpers ---------------------------------------------------------------------------------
 
 
 def _composite_specs(specs: Any) -> list[Any]:
@@ -124,6 +348,17 @@ def _composite_specs(specs: Any) -> list[Any]:
                 f"rg:composite: bad dataset spec {s!r} (want {{name, weight, config}})"
             )
     return out
+
+
+def _plain(value: Any) -> Any:
+    """The config as JSON data (composite's DatasetSpec objects as dicts)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
 
 
 def _bool_answer(answer: str, entry: dict[str, Any]) -> float:

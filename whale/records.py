@@ -1,0 +1,191 @@
+"""Files a run writes and a later run reads back: JSONL records, atomic writes, the run lock.
+
+What a harness returns ends up in these files, so nothing here trusts their content:
+- JSONL is written ASCII-only (`ensure_ascii`), one record per line, and read back split on
+  b"\\n" only. An answer holding U+2028, U+0085, "\\r" or a lone surrogate stays inside its
+  record (`str.splitlines()` would have cut it). Each line is decoded and parsed on its own.
+- A line that does not parse as a JSON object is a `RecordError` naming the file and the line,
+  except the last line of a file that does not end in "\\n": that is a record a killed writer
+  left half-written, and it is dropped. `JsonlWriter` cuts such a torn tail off before it
+  appends, so it never becomes a malformed line in the middle.
+- `write_atomic` writes a temporary file beside the target and renames it over: a killed
+  write leaves the old file or the new one, never a part. Not covered: power loss (no fsync).
+- `RunLock` is an exclusive `flock` on `<run dir>/.lock`, held for a command's life and
+  dropped by the kernel when the process dies (kill -9 included), so a stale lock never
+  blocks. Not covered: filesystems where flock is not shared between machines (some NFS).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+LOCK_NAME = ".lock"
+
+
+class RecordError(ValueError):
+    """A record file is missing, cut or malformed; the message names the file (and line)."""
+
+
+class RunDirInUse(RuntimeError):
+    """Another process holds the run directory's lock."""
+
+
+def write_atomic(path: Path, text: str, errors: str = "strict") -> None:
+    """`text` as UTF-8 into `path`, whole or not at all (`errors`: as for str.encode)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8", errors=errors)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def read_json(path: Path) -> Any:
+    """The JSON value in `path`, or RecordError naming the file (missing, cut, not JSON)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise RecordError(f"{path}: missing") from None
+    except OSError as e:
+        raise RecordError(f"{path}: {e.strerror or e}") from None
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (ValueError, RecursionError) as e:  # bad UTF-8 or JSON (cut short, edited)
+        raise RecordError(f"{path}: not valid JSON, cut short or edited? ({e})") from None
+
+
+def _parse(raw: bytes) -> dict[str, Any] | None:
+    try:
+        rec = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError):
+        return None
+    return rec if isinstance(rec, dict) else None
+
+
+def iter_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """(line number, record) of every record; [] when the file does not exist."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    lines = data.split(b"\n")
+    tail = lines.pop()  # b"" when the file ends in "\n"; else what a killed writer left
+    out = []
+    for n, raw in enumerate(lines, 1):
+        rec = _parse(raw)
+        if rec is None:
+            shown = raw[:80].decode("utf-8", "replace")
+            raise RecordError(f"{path}:{n}: not a JSON object: {shown!r}")
+        out.append((n, rec))
+    if tail:
+        rec = _parse(tail)
+        if rec is not None:  # the writer was killed before the "\n" only
+            out.append((len(lines) + 1, rec))
+    return out
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Records of a JSONL file (see the module docstring for what is an error)."""
+    return [rec for _, rec in iter_jsonl(path)]
+
+
+class JsonlWriter:
+    """Append-only JSONL, flushed per record, so a killed run keeps what it paid for."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._f = open(path, "ab")
+        self._mend()
+
+    def _mend(self) -> None:
+        """End a torn last line: kept (with its "\\n") if it is a whole record, else cut off."""
+        size = os.fstat(self._f.fileno()).st_size
+        if size == 0:
+            return
+        with open(self.path, "rb") as f:
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) == b"\n":
+                return
+            start, chunk = size, 1 << 16
+            while start > 0:  # find the last "\n", reading back from the end
+                start = max(0, start - chunk)
+                f.seek(start)
+                at = f.read(min(chunk, size - start)).rfind(b"\n")
+                if at >= 0:
+                    start += at + 1
+                    break
+            f.seek(start)
+            tail = f.read()
+        if _parse(tail) is not None:
+            self._f.write(b"\n")
+            self._f.flush()
+        else:
+            os.truncate(self.path, start)
+
+    def write(self, record: dict[str, Any]) -> None:
+        line = json.dumps(record, ensure_ascii=True) + "\n"  # ASCII: no raw line separators
+        self._f.write(line.encode("ascii"))
+        self._f.flush()
+
+    def close(self) -> None:
+        self._f.close()
+
+
+# --- the run directory lock ---------------------------------------------------------------
+
+_held: dict[str, list[int]] = {}  # real path -> [fd, holders in this process]
+_held_lock = threading.Lock()
+
+
+class RunLock:
+    """An exclusive lock on a run directory, for as long as this object is not released.
+
+    Re-entrant within one process (the CLI takes it, then `run_adapt` takes it again); a
+    second process gets RunDirInUse naming the directory and the holder's pid. Not covered:
+    two threads of one process share the lock, as they share everything else."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.dir = run_dir
+        self._key = os.path.realpath(run_dir)
+        self._released = False
+        with _held_lock:
+            if self._key in _held:
+                _held[self._key][1] += 1
+                return
+            path = Path(self._key) / LOCK_NAME
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
+                os.close(fd)
+                raise RunDirInUse(
+                    f"run directory {run_dir} is in use by another whale command (pid {holder}); "
+                    "wait for it to finish"
+                ) from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            _held[self._key] = [fd, 1]
+
+    def release(self) -> None:
+        with _held_lock:
+            if self._released:
+                return
+            self._released = True
+            entry = _held[self._key]
+            entry[1] -= 1
+            if entry[1] == 0:
+                del _held[self._key]
+                os.close(entry[0])  # closing the descriptor drops the flock
+
+    def __enter__(self) -> RunLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

@@ -1,0 +1,50 @@
+"""The revision loop as a harness operator (`whale.operators.HarnessOperator`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from whale.harness import Runtime, harness_hash
+from whale.operators import OperatorBudget, OperatorRecord
+from whale.revise.loop import LoopSettings, revise
+from whale.revise.proposer import Proposer
+from whale.revise.store import OutcomeStore
+from whale.tasks import Question, Task
+
+
+class ReviseOperator:
+    """Each `improve` call runs revision rounds in its own folder under `root` (one per
+    harness phase), drawing feedback from `feedback_pool` and scoring on `score_set`; the
+    rollouts go through the shared `store`. Never reads an eval split."""
+
+    def __init__(self, root: Path, feedback_pool: Sequence[Question],
+                 score_set: Sequence[Question], store: OutcomeStore, proposer: Proposer,
+                 settings: LoopSettings | None = None) -> None:  # fmt: skip
+        self.root, self.store, self.proposer = root, store, proposer
+        self.feedback_pool, self.score_set = list(feedback_pool), list(score_set)
+        self.settings = settings or LoopSettings()
+        self.calls = 0
+
+    def improve(
+        self, task: Task, solver: Runtime, harness: str, budget: OperatorBudget
+    ) -> tuple[str, OperatorRecord]:
+        self.calls += 1
+        before = self.store.rollouts
+        cfg = replace(self.settings, rounds=budget.iterations or self.settings.rounds)
+        cap = None if budget.rollouts is None else before + budget.rollouts
+        start = self.store.evaluate(solver, harness, task, self.score_set, "score", cfg.workers)
+        h, rounds = revise(task, harness, self.feedback_pool, self.score_set, solver,
+                           self.proposer, self.store, cfg, max_rollouts=cap,
+                           rounds_dir=self.root / f"phase_{self.calls:02d}")  # fmt: skip
+        source = self.store.harness(h)
+        end = self.store.evaluate(solver, source, task, self.score_set, "score", cfg.workers)
+        spent = cap is not None and self.store.rollouts >= cap
+        stopped = "rollout budget spent" if spent else f"{len(rounds)} rounds"
+        record = OperatorRecord(
+            "revise", harness_hash(harness), h, start.score, end.score,
+            self.store.rollouts - before, len(rounds), stopped,
+            {"rounds": [asdict(r.decision) for r in rounds]},
+        )  # fmt: skip
+        return source, record
