@@ -1,6 +1,7 @@
 """A scriptable OpenAI-compatible HTTP server on 127.0.0.1, for tests and benchmarks.
 
 Each request takes the next behaviour from `script` (the last one repeats): ("ok", text),
+("tool", name, arguments) a function call,
 ("status", code, message), ("sleep", seconds, text), ("close",) which drops the connection.
 """
 
@@ -56,6 +57,18 @@ class StubServer:
                     return
                 if kind == "sleep":
                     time.sleep(step[1])
+                if kind == "tool":  # ("tool", name, arguments dict): an OpenAI function call
+                    call = {"id": "call_1", "type": "function",
+                            "function": {"name": step[1], "arguments": json.dumps(step[2])}}
+                    self._send(200, {
+                        "id": "x", "object": "chat.completion", "created": 0,
+                        "model": body.get("model"),
+                        "choices": [{"index": 0, "finish_reason": "tool_calls",
+                                     "message": {"role": "assistant", "content": None,
+                                                 "tool_calls": [call]}}],
+                        "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+                    })  # fmt: skip
+                    return
                 text = step[-1]
                 self._send(200, {
                     "id": "x", "object": "chat.completion", "created": 0,

@@ -238,11 +238,60 @@ def test_the_audit_finds_the_known_hazards(family):
 
 @pytest.mark.parametrize("family", sorted(rg.SCREENS))
 def test_screen_accepts_every_reference_answer(family):
-    import reasoning_gym
-
-    ds = reasoning_gym.create_dataset(family, seed=11, size=200)
-    refused = [e["answer"] for e in ds if not rg.passes_screen(rg.SCREENS[family], e["answer"])]
+    task = rg.ReasoningGymTask(family, size=200, seed=11)
+    # reasoning-gym's own references for intermediate_integration are sometimes left
+    # unevaluated ("3*Integral(x**3*cos(3*x), x) + C"); the screen refuses Integral (copying the
+    # integrand into one scores 1.0), so those questions need a closed form: see below. A
+    # reference decided before the screen (string_insertion's exact match) is not screened.
+    refs = [(q, str(q.reference["answer"])) for q in task.questions()
+            if "Integral" not in str(q.reference["answer"])]  # fmt: skip
+    refused = [a for q, a in refs
+               if task.precheck(q, a) is None and not rg.passes_screen(rg.SCREENS[family], a)]  # fmt: skip
     assert not refused, f"{family}: the screen refuses {len(refused)} references: {refused[:3]}"
+    assert len(refs) >= 150
+
+
+def test_a_closed_form_scores_where_the_reference_is_an_unevaluated_integral(sandbox):
+    import sympy
+
+    task = rg.ReasoningGymTask("intermediate_integration", size=200, seed=11)
+    q = next(q for q in task.questions() if "Integral" in str(q.reference["answer"]))
+    x = sympy.Symbol(q.reference["metadata"]["variable"])
+    closed = f"{sympy.integrate(sympy.sympify(q.reference['metadata']['integrand']), x)} + C"
+    assert rg.plain_expression(closed)
+    assert grading.grade(task, q, closed, sandbox=sandbox).score == 1.0
+
+
+@pytest.mark.parametrize("family,answer", [
+    ("simple_integration", "Integral({integrand}, {variable})"),
+    ("intermediate_integration", "Integral({integrand}, {variable}) + C"),
+])  # fmt: skip
+def test_an_unevaluated_integral_of_the_integrand_is_refused(family, answer, sandbox):
+    task = rg.ReasoningGymTask(family, size=5, seed=0)
+    for q in task.questions():
+        a = answer.format(**q.reference["metadata"])
+        g = grading.grade(task, q, a, sandbox=sandbox)
+        assert g.score == 0.0 and g.feedback == grading.REJECTED
+
+
+@pytest.mark.parametrize("answer", ["9**9**9**9", "N(pi, 10**8)", "2**(10**6)", "x**1000",
+                                    "S(10)**10", "2^3^4", "1e99999", "x**(2**40)"])
+def test_answers_that_make_sympy_compute_for_minutes_are_refused_by_the_screen(answer):
+    assert not rg.plain_expression(answer)
+
+
+@pytest.mark.parametrize("answer", ["x**2/2 + C", "2*x**3 - x**(1/2)", "exp(-x**2)", "(x+1)^2",
+                                    "x**100", "sin(x)**2", "-x**(-3)"])
+def test_ordinary_powers_pass_the_screen(answer):
+    assert rg.plain_expression(answer)
+
+
+def test_a_constant_puzzle24_answer_does_not_score():
+    task = rg.ReasoningGymTask("puzzle24", size=10, seed=0)
+    scores = [grading.grade(task, q, "4*3*2*1").score for q in task.questions()]
+    assert max(scores) < 1.0
+    q = task.questions()[0]
+    assert grading.grade(task, q, q.reference["answer"]).score == 1.0
 
 
 @pytest.mark.parametrize("answer", [
@@ -266,15 +315,16 @@ def test_plain_expression_screen_accepts_math(answer):
 @pytest.mark.parametrize("answer", [
     "__import__('os').system('id')", " __import__('os')", "\t[x for x in ()]", "a.b",
     "f(1)", "[1] * 10", "_", "(lambda: 0)", "{1: 2}", "1 + 1", "-x", "a\x00b", "-" * 100_000 + "1",
+    "ABCDE", "oracle_answer", "entry",
 ])  # fmt: skip
 def test_python_screen_refuses_code(answer):
     assert not rg.python_literal_or_not_code(answer)
 
 
 @pytest.mark.parametrize("answer", [
-    "[[1, 0], [0, 1]]", "['A', 'B']", "ABCDE", "0 1\n1 0", "_ Q _\nQ _ _", "-3", "(1, 'x')",
+    "[[1, 0], [0, 1]]", "['A', 'B']", "0 1\n1 0", "_ Q _\nQ _ _", "-3", "(1, 'x')",
 ])  # fmt: skip
-def test_python_screen_accepts_literals_names_and_non_code(answer):
+def test_python_screen_accepts_literals_and_non_code(answer):
     assert rg.python_literal_or_not_code(answer)
 
 
@@ -350,6 +400,8 @@ def test_an_attack_past_the_screen_stays_in_the_jail(sandbox, monkeypatch):
 def test_correct_answers_still_score_one_through_the_jail(family, sandbox):
     task = load_task(f"rg:{family}", size=3, seed=5)
     for q in task.questions():
+        if "Integral" in str(q.reference["answer"]):
+            continue  # an unevaluated reference: see test_a_closed_form_scores_where_...
         assert task.jailed_grading(q, str(q.reference["answer"])) is not None
         g = grading.grade(task, q, str(q.reference["answer"]), sandbox)
         assert (g.score, g.correct) == (1.0, True), (family, q.reference["answer"], g)
@@ -360,17 +412,24 @@ def test_correct_answers_still_score_one_through_the_jail(family, sandbox):
 def test_hanging_answer_times_out_and_the_eval_goes_on(monkeypatch):
     monkeypatch.setattr(grading, "LIMITS", grading.GradingLimits(timeout_s=1.0))
     kind = "nsjail" if _AVAILABLE["nsjail"] else "bwrap"
-    task = load_task("rg:polynomial_multiplication", size=3, seed=0)
+    # passes the screen (no tower, exponents <= 100), yet differentiating and simplifying it
+    # takes sympy minutes: what the jail's timeout is for
+    hang = "((x+1)**99+1)**99"
+    assert rg.plain_expression(hang)
+    task = load_task("rg:simple_integration", size=3, seed=0)
     qs = task.questions()
     grading.grade(task, qs[2], "1", kind)  # start the grader: the timing below is grading only
     t0 = time.monotonic()
-    g = grading.grade(task, qs[2], "9**9**9**9", kind)
+    g = grading.grade(task, qs[2], hang, kind)
     assert g == grading.Grade(0.0, False, grading.TIMEOUT)
     assert time.monotonic() - t0 < 1.0 + 3.0  # the grader's own timeout, not the parent's 5 s
     rt = Runtime(model=ScriptedModel(), budget=Budget(run_timeout_s=20), sandbox=Sandbox(kind))
-    source = "def run(question, env):\n    return '9**9**9**9'\n"
+    source = f"def run(question, env):\n    return {hang!r}\n"
     result = evaluate(rt, source, task, qs[:2], workers=2)
-    assert [(o.status, o.feedback) for o in result.outcomes] == [("ok", grading.TIMEOUT)] * 2
+    # every run is recorded and graded; the hanging grade is a zero with its reason
+    assert [o.status for o in result.outcomes] == ["ok", "ok"]
+    assert grading.TIMEOUT in [o.feedback for o in result.outcomes]
+    assert all(o.score == 0.0 for o in result.outcomes)
     ref = qs[2].reference["answer"]
     assert grading.grade(task, qs[2], ref, kind).correct  # the grader still serves
 
@@ -393,7 +452,7 @@ def test_answer_over_the_jail_cap_is_rejected_unsent():
     task = load_task("rg:string_insertion", size=2, seed=0)
     q = task.questions()[0]
     limits = grading.GradingLimits(max_answer_chars=100)
-    g = grading.grade(task, q, "A" * 101, "nsjail", limits)
+    g = grading.grade(task, q, str(list(range(40))), "nsjail", limits)
     assert g == grading.Grade(0.0, False, grading.TOO_LONG)
 
 
@@ -523,3 +582,17 @@ def test_audited_scorers_are_fast_on_hostile_answers(tmp_path):
     assert run.returncode == 0, run.stderr[-2000:]
     worst = json.loads(run.stdout.rsplit("WORST", 1)[1])
     assert worst[0] < 1.0, f"slowest in-process grade: {worst}"
+
+
+@pytest.mark.parametrize("family", EVAL_FAMILIES)
+def test_a_bare_name_cannot_read_the_scorers_reference(family, sandbox):
+    task = load_task(f"rg:{family}", size=3, seed=0)
+    for q in task.questions():
+        g = grading.grade(task, q, "oracle_answer", sandbox)
+        assert g.score == 0.0 and g.feedback == grading.REJECTED
+
+
+def test_the_exact_string_insertion_answer_still_scores():
+    task = load_task("rg:string_insertion", size=5, seed=0)
+    for q in task.questions():
+        assert grading.grade(task, q, q.reference["answer"]).score == 1.0

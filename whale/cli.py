@@ -503,6 +503,11 @@ def adapt_cmd(
         n=cfg.dev + cfg.eval,
     )
     task_obj, source, solver_model = resolve(ecfg, unsafe)
+    from whale.harness.contract import run_contract_fault
+
+    fault = run_contract_fault(source)
+    if fault is not None:  # before any cost: a seed that cannot run makes no experiment
+        fail(f"--harness {cfg.harness}: the seed harness {fault}")
     try:
         proposer_model = build_model(cfg.proposer)
     except (UnknownModel, ModelError) as e:
@@ -567,3 +572,6 @@ def resume_config(
 
 
 from whale import cli_search  # noqa: E402, F401  - registers `whale search` on `app`
+
+if __name__ == "__main__":  # python -m whale.cli
+    main()

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from whale import config as cfgmod
 from whale import interrupts
@@ -21,8 +22,10 @@ from whale.cli import (
     resolve,
 )
 from whale.evaluate import EvalConfig
+from whale.harness.contract import run_contract_fault
 from whale.models import ModelError, UnknownModel, build_model
 from whale.records import RecordError
+from whale.search.loop import SearchStopped
 from whale.search.run import SearchConfig, run_search, search_splits
 from whale.tasks import EvalAlreadyRead, SplitOverlap
 
@@ -88,6 +91,9 @@ def search_cmd(
     ecfg = EvalConfig(task=cfg.task, harness=cfg.harness, model=cfg.solver, runtime=cfg.runtime,
                       n=cfg.dev + cfg.eval)  # fmt: skip
     task_obj, source, solver_model = resolve(ecfg, unsafe)
+    fault = run_contract_fault(source)
+    if fault is not None:
+        fail(f"--harness {cfg.harness}: the seed harness {fault}")
     try:
         proposer_model = build_model(cfg.proposer)
     except (UnknownModel, ModelError) as e:
@@ -104,6 +110,10 @@ def search_cmd(
         _, meta = run_search(cfg, run_dir, task_obj, source, solver_model, proposer_model, say)
     except (RecordError, EvalAlreadyRead) as e:
         fail(str(e))
+    except SearchStopped as e:  # what was paid is kept
+        err.print(f"[red]stopped:[/red] {escape(str(e))}; `whale search --resume {run_dir}` "
+                  "continues once it is fixed", soft_wrap=True)  # fmt: skip
+        raise typer.Exit(1) from None
     except KeyboardInterrupt:
         kept = interrupts.recorded(run_dir / "outcomes.jsonl")
         interrupts.stopped(f"{kept} rollouts recorded; `whale search --resume {run_dir}` "

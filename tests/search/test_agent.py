@@ -64,3 +64,68 @@ def test_the_token_budget_ends_a_session(tools):
     model = ScriptedModel(["CALL top {} " + "word " * 50])
     s = ProposerAgent(model, tools, AgentConfig(max_tokens=60)).run(1, 0, seed=0, brief="")
     assert s.ended == "token budget" and len(model.calls) == 2
+
+
+def test_the_grammar_lets_submit_search_only_whole_lines_of_the_offered_bases():
+    from whale.search.agent import call_grammar
+
+    g = call_grammar({"c0000": SEED, "c0101": "def run(q, env):\n    return 'x'\n"})
+    assert '"CALL submit {\\"base\\": \\"c0000\\", \\"hypothesis\\": "' in g
+    assert 'b1-l1 ::= "    return \'x\'\\n"' in g
+    assert "b0-search ::= b0-s0 | b0-s1 | b0-s2" in g  # one start per line of the seed
+    assert "submit ::= sub0 | sub1" in g
+
+
+def test_a_grammar_backend_is_offered_the_top_bases(tools):
+    model = ScriptedModel([SUBMIT])
+    model.name = "embedded:test"
+    ProposerAgent(model, tools).run(1, 0, seed=0, brief="")
+    grammar = model.calls[0][1].grammar
+    assert grammar is not None and "b0-l2 ::= \"    return reply.text.strip()\\n\"" in grammar
+
+
+def test_a_reply_with_a_lone_surrogate_is_saved_and_applied(tools, tmp_path):
+    reply = SUBMIT.replace("take the last number", "\ud800 x").replace("import re", "import re  # \udfff")
+    s = ProposerAgent(ScriptedModel([reply]), tools).run(1, 0, seed=0, brief="")
+    s.save(tmp_path / "s.json")  # raised UnicodeEncodeError before
+    assert s.submission.valid and "\ud800" not in s.submission.hypothesis
+    assert json.loads((tmp_path / "s.json").read_text())["ended"] == "submitted"
+
+
+def test_function_calling_against_an_openai_compatible_server(tools):
+    from tests.servers import StubServer
+    from whale.models import OpenAICompatible
+
+    edits = SUBMIT.split("\n", 2)[2]
+    script = [("tool", "read", {"path": "c0000/harness.py"}),
+              ("tool", "submit", {"base": "c0000", "hypothesis": "last number", "edits": edits})]
+    with StubServer(script) as server:
+        model = OpenAICompatible("p", server.base_url, api_key="x")
+        agent = ProposerAgent(model, tools)
+        assert agent.uses_functions() and not agent.uses_grammar()
+        s = agent.run(1, 0, seed=0, brief="")
+        sent = server.requests
+    assert s.ended == "submitted" and s.submission.valid and "re.findall" in s.submission.source
+    assert [t["function"]["name"] for t in sent[0]["tools"]][-1] == "submit"
+    # the call is kept in the history as text, and the tool's output follows it
+    assert sent[1]["messages"][2]["content"].startswith('CALL read {"path": "c0000/harness.py"}')
+    assert "return reply.text.strip()" in sent[1]["messages"][3]["content"]
+
+
+def test_a_malformed_function_call_is_answered_with_what_was_wrong(tools):
+    from tests.servers import StubServer
+    from whale.models import OpenAICompatible
+
+    with StubServer([("tool", "rm", {"path": "/"}), ("ok", SUBMIT)]) as server:
+        s = ProposerAgent(OpenAICompatible("p", server.base_url, api_key="x"), tools).run(
+            1, 0, seed=0, brief="")
+    assert "unknown tool 'rm'" in s.messages[3]["content"] and s.submission.valid
+
+
+def test_the_embedded_backend_gets_the_text_protocol(tools):
+    model = ScriptedModel([SUBMIT])
+    model.name = "embedded:qwen"
+    agent = ProposerAgent(model, tools)
+    assert not agent.uses_functions() and agent.uses_grammar()
+    agent.run(1, 0, seed=0, brief="")
+    assert model.calls[0][1].tools is None

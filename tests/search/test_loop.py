@@ -24,9 +24,10 @@ WORSE = (
 )
 
 
-def run(tmp_path, replies, iterations=2, m=2, patience=None, solver=None, agent_model=None):
+def run(tmp_path, replies, iterations=2, m=2, patience=None, solver=None, agent_model=None,
+        n=6):
     task = SumTask()
-    qs = task.questions()[:6]
+    qs = task.questions()[:n]
     store = OutcomeStore(tmp_path)
     archive = Archive(tmp_path / "archive", [q.id for q in qs])
     model = agent_model or ScriptedModel(replies)
@@ -103,13 +104,14 @@ def test_the_search_operator_respects_its_rollout_budget(tmp_path):
     qs = task.questions()[:6]
     store = OutcomeStore(tmp_path)
     op = SearchOperator(tmp_path / "archives", qs, store, ScriptedModel([WORSE, GOOD]),
-                        SearchSettings(iterations=5, m=1, workers=3))
+                        SearchSettings(iterations=5, m=2, workers=3))
     try:
         source, rec = op.improve(task, Runtime(model=prose_solver()), SEED,
-                                 OperatorBudget(rollouts=12))
+                                 OperatorBudget(rollouts=7))
     finally:
         store.close()
-    # seed (6) + one candidate (6) spend the budget: the search stops after iteration 1
+    # the budget is checked before each candidate: the seed (6) leaves 1, so one candidate (6)
+    # is scored and the second of iteration 1 is not
     assert rec.rollouts == 12 and rec.iterations == 1 and "budget" in rec.stopped
     # the one candidate ties the seed at 0.0: the earlier harness, the seed, stays accepted
     assert source == SEED and rec.end_hash == rec.start_hash and rec.operator == "search"
@@ -126,3 +128,75 @@ def test_a_candidate_that_hard_codes_search_answers_is_invalid_and_unscored(tmp_
     c = archive.get("c0100")
     assert not c.valid and c.reason.startswith("answer echo") and c.score is None
     assert store.new_rollouts == 6  # the seed only
+
+
+def test_an_echo_cannot_be_laundered_through_a_chain_of_candidates(tmp_path):
+    # c0100 hard-codes two distinctive answers (under the screen's threshold of three); c0200,
+    # built on it, adds one more: against its base that is one answer, against the seed three.
+    two = (
+        'CALL submit {"base": "c0000", "hypothesis": "a"}\n'
+        "<<<<<<< SEARCH\n    return reply.text.strip()\n=======\n"
+        "    known = ['13', '19']\n    return reply.text.strip()\n>>>>>>> REPLACE\n"
+    )
+    three = (
+        'CALL submit {"base": "c0100", "hypothesis": "b"}\n'
+        "<<<<<<< SEARCH\n    known = ['13', '19']\n=======\n"
+        "    known = ['13', '19', '22']\n>>>>>>> REPLACE\n"
+    )
+    _, archive, _, _ = run(tmp_path, [two, three], iterations=2, m=1, n=10)
+    assert archive.get("c0100").valid
+    c = archive.get("c0200")
+    assert not c.valid and c.reason.startswith("answer echo") and "the seed did not" in c.reason
+
+
+def test_a_seed_that_does_not_load_stops_the_search_before_the_proposer_is_asked(tmp_path):
+    from whale.search.loop import SearchStopped
+
+    task = SumTask()
+    qs = task.questions()[:4]
+    store = OutcomeStore(tmp_path)
+    archive = Archive(tmp_path / "archive", [q.id for q in qs])
+    model = ScriptedModel([GOOD])
+    seed = "import numpy\n\n\ndef run(question, env):\n    return '1'\n"
+    try:
+        with pytest.raises(SearchStopped, match="seed harness is not usable: does not load"):
+            search(task, seed, qs, Runtime(model=prose_solver()), ProposerAgent(
+                model, ArchiveTools(archive, "d")), store, archive, SearchSettings(iterations=1))
+    finally:
+        store.close()
+    assert model.calls == []
+
+
+def test_a_proposer_error_stops_the_search_and_is_asked_again_on_resume(tmp_path):
+    from whale.models.base import ModelError
+    from whale.search.loop import SearchStopped
+
+    class Down:
+        name = "down"
+
+        def chat(self, messages, sampling, timeout=None):
+            raise ModelError("connection refused")
+
+    with pytest.raises(SearchStopped, match="proposer failed in session c0100"):
+        run(tmp_path, [], iterations=1, m=1, agent_model=Down())
+    assert not (tmp_path / "sessions/c0100.json").exists()
+    r, _, _, model = run(tmp_path, [GOOD], iterations=1, m=1)
+    assert len(model.calls) == 1 and r.accepted_id == "c0100"
+
+
+def test_an_archive_folder_of_another_seed_is_refused(tmp_path):
+    from whale.search.loop import SearchStopped
+
+    run(tmp_path, [WORSE], iterations=1, m=1)
+    task = SumTask()
+    qs = task.questions()[:6]
+    store = OutcomeStore(tmp_path)
+    archive = Archive(tmp_path / "archive", [q.id for q in qs])
+    other = SEED.replace("strip()", "strip().lower()")
+    try:
+        with pytest.raises(SearchStopped, match="holds a search from seed"):
+            search(task, other, qs, Runtime(model=prose_solver()), ProposerAgent(
+                ScriptedModel([GOOD]), ArchiveTools(archive, "d")), store, archive,
+                SearchSettings(iterations=1))
+    finally:
+        store.close()

@@ -49,3 +49,14 @@ def test_resume_refuses_flags_that_define_the_experiment(tmp_path):
     (tmp_path / "config.toml").write_text("")
     r = search("--resume", str(tmp_path), "--seed", "3")
     assert r.exit_code == 2 and "--seed cannot be given with --resume" in r.output
+
+
+def test_a_seed_that_breaks_the_run_contract_is_exit_2_before_any_cost(tmp_path):
+    r = search("--harness", "/etc/passwd", "--out", str(tmp_path / "x"))
+    assert r.exit_code == 2 and "the seed harness does not parse" in r.output
+    assert not (tmp_path / "x").exists()
+
+
+def test_more_than_99_candidates_per_iteration_is_exit_2(tmp_path):
+    r = search("--m", "100", "--out", str(tmp_path / "x"))
+    assert r.exit_code == 2 and "m must be at most 99" in r.output

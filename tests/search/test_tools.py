@@ -74,3 +74,10 @@ def test_text_protocol_parses_a_call_with_a_body():
 def test_text_protocol_rejects_malformed_replies_with_a_message(reply, why):
     with pytest.raises(ToolRefused, match=why):
         parse_call(reply)
+
+
+def test_grep_reads_large_files_without_caching_them(tools, tmp_path):
+    big = tmp_path / "archive/c0000/trajectories.jsonl"
+    big.write_text("filler line\n" * 40_000 + "the NEEDLE is here\n")
+    assert "c0000/trajectories.jsonl:40001" in tools.call(ToolCall("grep", {"pattern": "needle"}))
+    assert big not in tools._cache

@@ -66,10 +66,12 @@ def worker_file() -> str:
     # In the user's cache, not a shared /tmp where another user could plant a file.
     root = Path(os.environ.get("WHALE_CACHE") or Path.home() / ".cache" / "whale") / "worker"
     root.mkdir(parents=True, exist_ok=True)
-    path = root / f"worker-{sys.version_info[0]}{sys.version_info[1]}-{digest}.pyc"
+    # "-j": compiled with its path inside the jail (tracebacks shown to proposers name
+    # /whale/worker.py, not where whale is installed on the host)
+    path = root / f"worker-{sys.version_info[0]}{sys.version_info[1]}-{digest}-j.pyc"
     if not path.exists():
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        py_compile.compile(WORKER_SOURCE, cfile=str(tmp), doraise=True)
+        py_compile.compile(WORKER_SOURCE, cfile=str(tmp), dfile="/whale/worker.py", doraise=True)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     return str(path)
@@ -337,7 +339,7 @@ class _Run:
                             self._send(tx, {"ok": False, "error": str(e), "budget": self.left()})
                             continue
                         if msg.get("op") == "done":
-                            return done_outcome(msg)
+                            return done_outcome(msg, self.rt.limits.answer_chars)
                         reply = plain(self._handle(msg))
                         if self.rt.cancelled:  # it was in a model call when cancel() came
                             raise _Stop("killed", "cancelled")

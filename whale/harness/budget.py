@@ -32,6 +32,9 @@ class Limits:
     scratch_mb: int = 256  # total bytes the harness may leave in its scratch folder
     output_bytes: int = 4 * 1024 * 1024  # stdout+stderr; past this the run is killed
     message_bytes: int = 8 * 1024 * 1024  # one request over the broker pipe
+    # The longest answer a run may return (past it the run is an `error`): an answer is graded,
+    # written to the ledger and shown to proposers, so it is kept far below message_bytes.
+    answer_chars: int = 100_000
 
 
 @dataclass(frozen=True)

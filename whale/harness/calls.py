@@ -53,10 +53,17 @@ def check_llm_args(
     return clean, sampling
 
 
-def done_outcome(msg: dict[str, Any]) -> tuple[Status, str | None, str | None]:
-    """Status, error and answer of the worker's `done` message."""
+def done_outcome(
+    msg: dict[str, Any], answer_chars: int | None = None
+) -> tuple[Status, str | None, str | None]:
+    """Status, error and answer of the worker's `done` message; an answer longer than
+    `answer_chars` is an error (and is not kept)."""
     status = msg.get("status")
     if status == "ok" and isinstance(msg.get("answer"), str):
+        n = len(msg["answer"])
+        if answer_chars is not None and n > answer_chars:
+            return "error", f"harness: answer of {n} chars is over limits.answer_chars = " \
+                f"{answer_chars}", None
         return "ok", None, msg["answer"]
     if status in ("error", "budget_exceeded"):
         return status, str(msg.get("error", ""))[:4000], None

@@ -12,6 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 TRAJECTORY_VERSION = 1
+# Text one trajectory records across its events. Past it, each string of a new event is kept
+# as its head and tail (`clipped_chars` counts what was left out): a harness within its
+# message and output limits could otherwise write hundreds of MB per candidate into the
+# ledger and the archive (12 model calls of 4 MB each, measured by an attack).
+RECORD_CHARS = 1_000_000
+CLIP_KEEP = 2000
 
 Status = Literal["ok", "error", "timeout", "budget_exceeded", "crashed", "killed"]
 STATUSES: tuple[Status, ...] = ("ok", "error", "timeout", "budget_exceeded", "crashed", "killed")
@@ -54,7 +60,11 @@ class Trajectory:
     started_at: float = 0.0
     wall_s: float = 0.0
     sandbox: str = ""
+    clipped_chars: int = 0  # text of events not recorded (over RECORD_CHARS)
     version: int = TRAJECTORY_VERSION
+
+    def __post_init__(self) -> None:
+        self._recorded = sum(_text_size(e) for e in self.events)
 
     # -- views -----------------------------------------------------------------------------
     def model_calls(self) -> list[ModelCall]:
@@ -68,10 +78,20 @@ class Trajectory:
 
     # -- records ---------------------------------------------------------------------------
     def add_model_call(self, call: ModelCall) -> None:
-        self.events.append({"kind": "model", **dataclasses.asdict(call)})
+        self._add({"kind": "model", **dataclasses.asdict(call)})
 
     def add_tool_call(self, call: ToolCall) -> None:
-        self.events.append({"kind": "tool", **dataclasses.asdict(call)})
+        self._add({"kind": "tool", **dataclasses.asdict(call)})
+
+    def _add(self, event: dict[str, Any]) -> None:
+        size = _text_size(event)
+        if self._recorded + size > RECORD_CHARS:
+            event = _clip(event)
+            kept = _text_size(event)
+            self.clipped_chars += size - kept
+            size = kept
+        self._recorded += size
+        self.events.append(event)
 
     def add_refusal(self, op: str, reason: str) -> None:
         self.events.append({"kind": "refused", "op": op, "reason": reason})
@@ -87,6 +107,28 @@ class Trajectory:
         if version != TRAJECTORY_VERSION:
             raise ValueError(f"trajectory version {version!r} is not {TRAJECTORY_VERSION}")
         return _from_dict(cls, d)
+
+
+def _text_size(x: Any) -> int:
+    if isinstance(x, str):
+        return len(x)
+    if isinstance(x, dict):
+        return sum(_text_size(v) for v in x.values())
+    if isinstance(x, list | tuple):
+        return sum(_text_size(v) for v in x)
+    return 0
+
+
+def _clip(x: Any) -> Any:
+    if isinstance(x, str):
+        if len(x) <= 2 * CLIP_KEEP:
+            return x
+        return f"{x[:CLIP_KEEP]}…[{len(x) - 2 * CLIP_KEEP} chars not recorded]…{x[-CLIP_KEEP:]}"
+    if isinstance(x, dict):
+        return {k: _clip(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_clip(v) for v in x]
+    return x
 
 
 def _from_dict(cls: Any, d: dict[str, Any]) -> Any:

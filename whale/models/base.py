@@ -23,6 +23,9 @@ class Sampling:
     seed: int | None = 0
     # A GBNF grammar the reply must follow (llama.cpp servers; others may refuse it).
     grammar: str | None = None
+    # OpenAI-style function tools, as the JSON text of the request's `tools` list (a string,
+    # so that Sampling stays hashable); the reply's calls come back in Completion.tool_calls.
+    tools: str | None = None
 
     def key(self) -> dict[str, Any]:
         key: dict[str, Any] = {
@@ -34,6 +37,8 @@ class Sampling:
         }
         if self.grammar is not None:
             key["grammar"] = self.grammar
+        if self.tools is not None:
+            key["tools"] = self.tools
         return key
 
 
@@ -45,6 +50,8 @@ class Completion:
     token_ids: list[int] | None = None
     prompt_token_ids: list[int] | None = None
     cached: bool = False
+    # Function calls of the reply, each {"name": str, "arguments": str (JSON text)}.
+    tool_calls: list[dict[str, str]] | None = None
 
 
 class ModelError(RuntimeError):

@@ -9,6 +9,7 @@ After `close()` (or `refuse()`) every call, and every retry of a call in flight,
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import threading
@@ -138,6 +139,9 @@ class OpenAICompatible:
             kwargs["seed"] = sampling.seed
         if sampling.grammar is not None:
             kwargs["extra_body"] = {"grammar": sampling.grammar}
+        if sampling.tools is not None:
+            kwargs["tools"] = json.loads(sampling.tools)
+            kwargs["tool_choice"] = "auto"
         r = self._client.chat.completions.create(**kwargs)
         if not r.choices:
             raise ModelError(f"{self.base_url} returned no choices")
@@ -151,11 +155,17 @@ class OpenAICompatible:
             }
         extra = getattr(choice, "model_extra", None) or {}
         token_ids = extra.get("token_ids")  # vLLM with return_token_ids
+        calls = [
+            {"name": str(t.function.name), "arguments": str(t.function.arguments or "")}
+            for t in (getattr(choice.message, "tool_calls", None) or [])
+            if getattr(t, "function", None) is not None
+        ]
         return Completion(
             text=choice.message.content or "",
             finish_reason=choice.finish_reason or "stop",
             usage=usage,
             token_ids=list(token_ids) if token_ids else None,
+            tool_calls=calls or None,
         )
 
     def refuse(self) -> None:

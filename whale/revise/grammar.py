@@ -22,22 +22,36 @@ def _literal(text: str) -> str:
     return f'"{out}"'
 
 
-def edit_grammar(source: str, max_blocks: int = 3) -> str:
+# What a REPLACE may hold: lines that cannot be read as a block marker.
+REPLACE_RULES = ("replace ::= rline*", 'rline ::= [^<=>\\n] [^\\n]* "\\n" | "\\n"')
+
+
+def search_rules(source: str, prefix: str = "") -> list[str]:
+    """GBNF rules whose start symbol `{prefix}search` matches a contiguous run of `source`'s
+    whole lines (see the module docstring); rule names carry `prefix`, so that the rules of
+    several sources can live in one grammar (the search agent's submit). GBNF names allow
+    letters, digits and '-' only."""
     lines = [line + "\n" for line in source.rstrip("\n").split("\n")]
     n = len(lines)
     usable = [not is_marker(line) for line in lines]
+    starts = [f"{prefix}s{i}" for i in range(n) if lines[i].strip() and usable[i]]
+    rules = [f"{prefix}search ::= " + " | ".join(starts)]
+    for i, line in enumerate(lines):
+        rules.append(f"{prefix}l{i} ::= {_literal(line)}")
+        if usable[i]:
+            more = f" {prefix}s{i + 1}?" if i + 1 < n and usable[i + 1] else ""
+            rules.append(f"{prefix}s{i} ::= {prefix}l{i}{more}")
+    return rules
+
+
+def edit_grammar(source: str, max_blocks: int = 3) -> str:
     rules = [
         "root ::= expl block" + " block?" * (max(1, max_blocks) - 1),
         # A bounded explanation: an unbounded one can eat the token budget before any block.
         'expl ::= [^<\\n] [^\\n]{0,300} "\\n"',
         'block ::= "<<<<<<< SEARCH\\n" search "=======\\n" replace ">>>>>>> REPLACE\\n"',
-        "search ::= " + " | ".join(f"s{i}" for i in range(n) if lines[i].strip() and usable[i]),
-        "replace ::= rline*",
-        'rline ::= [^<=>\\n] [^\\n]* "\\n" | "\\n"',
+        *REPLACE_RULES,
+        *search_rules(source),
     ]
-    for i, line in enumerate(lines):
-        rules.append(f"l{i} ::= {_literal(line)}")
-        if usable[i]:
-            more = f" s{i + 1}?" if i + 1 < n and usable[i + 1] else ""
-            rules.append(f"s{i} ::= l{i}{more}")
     return "\n".join(rules) + "\n"
+

@@ -112,9 +112,11 @@ def revise(
     (default: the store's run directory)."""
     h = store.save_harness(seed_source)
     rounds: list[RoundRecord] = []
-    # Select's answer-echo screen guards every dev question the proposer or Select sees.
+    # Select's answer-echo screen guards every dev question the proposer or Select sees. It
+    # compares with the seed, not the parent: echoes added a few per round, each step under the
+    # screen's threshold, still add up against the seed.
     screen = (
-        AnswerEchoScreen(task, screen_questions(feedback_pool, score_set))
+        AnswerEchoScreen(task, screen_questions(feedback_pool, score_set), baseline=seed_source)
         if cfg.report.answer_echo_screen
         else None
     )
@@ -219,7 +221,7 @@ def _candidate(
         return Candidate(
             t, i, parent_hash, None, False, res.reason, res.mode, res.syntax_ok, reward=v
         )
-    echo = screen.check(res.source, parent_source) if screen is not None else None
+    echo = screen.check(res.source) if screen is not None else None
     if echo is not None:  # invalid before any rollout is paid; the diff is kept for audit
         rd.write_text(f"candidate_{i}.diff", diff(parent_source, res.source))
         v = reward(None, True, False, 0.0, cfg.weights)

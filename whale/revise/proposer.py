@@ -154,7 +154,8 @@ class Proposer:
             except ModelError as e:
                 return Proposal("", seed + i, "error", f"{type(e).__name__}: {e}")
             return Proposal(
-                c.text, seed + i, c.finish_reason, None, int(c.usage.get("completion_tokens", 0))
+                c.text.encode("utf-8", "replace").decode("utf-8"),  # no lone surrogates
+                seed + i, c.finish_reason, None, int(c.usage.get("completion_tokens", 0))
             )
 
         with ThreadPoolExecutor(max_workers=max(1, min(g, self.cfg.concurrency))) as pool:

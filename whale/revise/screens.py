@@ -17,7 +17,9 @@ folded; never substrings of the code) and looks for evidence about each dev ques
   prompt that spans at least `LITERAL_TOKENS` words found in no other dev prompt (so that
   copied template text, or a few-shot example on the same template with other names, does not).
 
-A candidate is invalid, reason "answer echo", when it has evidence its parent did not have for
+A candidate is invalid, reason "answer echo", when it has evidence the seed harness did not have
+(the loops compare with the seed, never the parent, so that a chain of candidates each adding
+a little cannot launder an echo) for
 (1) any question with both A and F (a keyed lookup), (2) any question with Q, or (3) at least
 `DISTINCT_ANSWERS` questions with A on a *distinctive* answer: a number of magnitude 10 or more
 that is not a round knob (a multiple of 5, a power of two, 12/24/36/60/365), a non-integer
@@ -155,7 +157,8 @@ class AnswerEchoScreen:
     proposer saw). Building it reads every prompt once; `check` costs one parse of each source
     plus a scan of the string constants."""
 
-    def __init__(self, task: Task, questions: Iterable[Question]) -> None:
+    def __init__(self, task: Task, questions: Iterable[Question], baseline: str = "") -> None:
+        self.baseline = baseline
         seen: dict[str, Question] = {}
         for q in questions:
             seen.setdefault(q.id, q)
@@ -244,8 +247,13 @@ class AnswerEchoScreen:
                     covered[k] = i + longest - LITERAL_CHARS + 1
         return out
 
-    def check(self, candidate: str, parent: str) -> str | None:
-        """The reason `candidate` is an answer echo (naming the question ids), or None."""
+    def check(self, candidate: str, parent: str | None = None) -> str | None:
+        """The reason `candidate` is an answer echo (naming the question ids), or None. What
+        counts is what it holds that `parent` does not; `parent` defaults to the screen's
+        `baseline` (the loops pass the seed, so that echoes cannot be laundered through a
+        chain of candidates that each add a little)."""
+        if parent is None:
+            parent = self.baseline
         new, old = self.evidence(candidate), self.evidence(parent)
         keyed = sorted(q for q, k in new.items() if {"answer", "fragment"} <= k
                        and not {"answer", "fragment"} <= old.get(q, set()))  # fmt: skip
@@ -266,7 +274,7 @@ class AnswerEchoScreen:
             parts.append(f"the reference answers of {len(answers)} questions: {_ids(answers)}")
         if not parts:
             return None
-        return "answer echo: the candidate hard-codes what its parent did not: " + "; ".join(parts)
+        return "answer echo: the candidate hard-codes what the seed did not: " + "; ".join(parts)
 
 
 def _all_at(text: str, sub: str) -> list[int]:

@@ -9,7 +9,7 @@ budget and a completion-token budget; past either it ends with no submission, an
 Every session (messages, calls, arguments, outputs, tokens) is written as JSON: training data.
 
 Function calling for backends that support it is not wired yet: every backend gets the text
-protocol, which the embedded llama.cpp models need anyway (constrained by `CALL_GRAMMAR`).
+protocol, which the embedded llama.cpp models need anyway (constrained by `call_grammar`).
 """
 
 from __future__ import annotations
@@ -22,14 +22,24 @@ from typing import Any
 
 from whale.models import ChatModel, ModelError, Sampling
 from whale.revise.edits import apply_edits
+from whale.revise.grammar import REPLACE_RULES, search_rules
 from whale.search.archive import ArchiveError
-from whale.search.tools import PROTOCOL_HELP, TOOL_NAMES, ArchiveTools, ToolRefused, parse_call
+from whale.search.tools import (
+    PROTOCOL_HELP,
+    TOOL_NAMES,
+    ArchiveTools,
+    ToolCall,
+    ToolRefused,
+    parse_call,
+)
 
 # One optional line of thought, then the CALL line with flat JSON arguments (strings and
-# integers); only submit takes a body: SEARCH/REPLACE blocks or a fenced harness. Measured on the
-# embedded 1.5B with a looser grammar (any text inside the braces), 2 of 4 replies put code
-# with triple quotes in the arguments and ran to the token limit.
-CALL_GRAMMAR = r"""
+# integers). Only submit takes a body, and under the grammar it is one SEARCH/REPLACE block whose
+# SEARCH is a run of whole lines of the named base's harness (as the revision loop's grammar
+# does for its parent), for each of the bases offered. Measured on the embedded 1.5B without
+# the base's lines in the grammar: 6 of 6 submissions searched for lines the base does not have
+# (3 iterations, M = 2, rg:basic_arithmetic), mostly copied from the prompt's format example.
+_LOOK = r"""
 root ::= (thought "\n")? (look | submit)
 thought ::= [^C\n] [^\n]{0,300}
 look ::= "CALL " tool " " obj
@@ -38,12 +48,58 @@ obj ::= "{}" | "{" pair (", " pair){0,3} "}"
 pair ::= str ": " (str | int)
 str ::= "\"" [^"\\\n]{0,200} "\""
 int ::= [0-9]{1,6}
-submit ::= "CALL submit {\"base\": \"c" [0-9]{4} "\", \"hypothesis\": " str "}\n" body
-body ::= block block? | fence
-block ::= "<<<<<<< SEARCH\n" line+ "=======\n" line* ">>>>>>> REPLACE\n"
-fence ::= "```python\n" line+ "```\n"
-line ::= [^<=>`\n] [^\n]* "\n" | "\n"
 """.replace("TOOLS", " | ".join(f'"{t}"' for t in TOOL_NAMES if t != "submit")).lstrip()
+
+
+def call_grammar(bases: dict[str, str]) -> str:
+    """The GBNF of one reply: a read-only call, or a submit against one of `bases` (id ->
+    source) whose SEARCH copies a run of that base's own lines."""
+    rules = [_LOOK.rstrip("\n"), "submit ::= " + " | ".join(f"sub{k}" for k in range(len(bases)))]
+    for k, (cid, source) in enumerate(bases.items()):
+        head = _literal_gbnf(f'CALL submit {{"base": "{cid}", "hypothesis": ')
+        rules.append(f'sub{k} ::= {head} str "}}\\n" "<<<<<<< SEARCH\\n" b{k}-search '
+                     '"=======\\n" replace ">>>>>>> REPLACE\\n"')  # fmt: skip
+        rules += search_rules(source, prefix=f"b{k}-")
+    rules += REPLACE_RULES
+    return "\n".join(rules) + "\n"
+
+
+def _fn(name: str, doc: str, **props: str) -> dict[str, Any]:
+    types = {"k": "integer", "n": "integer", "start": "integer", "end": "integer"}
+    return {"type": "function", "function": {"name": name, "description": doc, "parameters": {
+        "type": "object", "required": [p for p in props if p in ("base", "hypothesis", "edits",
+                                                                    "path", "pattern", "a", "b",
+                                                                    "id")],
+        "properties": {p: {"type": types.get(p, "string"), "description": d}
+                       for p, d in props.items()}}}}  # fmt: skip
+
+
+# The same tools as the text protocol, as OpenAI function definitions.
+TOOL_SCHEMAS = json.dumps([
+    _fn("list", "List a folder of the archive.", path="folder, relative to the archive"),
+    _fn("read", "Read a file, or a line range of it.", path="file", start="first line",
+        end="last line"),
+    _fn("grep", "Find a fixed text (case-insensitive) in the archive's files.",
+        pattern="the text", path="folder or file (default: all)"),
+    _fn("diff", "Unified diff of two candidates' harness.py.", a="candidate id", b="candidate id"),
+    _fn("top", "The best candidates by score.", k="how many"),
+    _fn("failures", "Failing examples of a candidate with trajectory excerpts.",
+        id="candidate id", n="how many"),
+    _fn("task", "The task description."),
+    _fn("submit", "Submit one new candidate; ends the session.", base="candidate id to edit",
+        hypothesis="one line: what it changes and why",
+        edits="SEARCH/REPLACE blocks against the base's harness.py"),
+])  # fmt: skip
+
+
+def valid_text(text: str) -> str:
+    """A model's reply with lone surrogates (valid JSON escapes, not encodable text) replaced,
+    so that the session, the archive and the harness files it may become can be written."""
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
+def _literal_gbnf(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 @dataclass(frozen=True)
@@ -53,7 +109,12 @@ class AgentConfig:
     step_tokens: int = 1024  # completion tokens per reply
     temperature: float = 0.7
     tool_chars: int = 3000  # each tool output is cut to this
+    # "text": the CALL line protocol; "functions": OpenAI-style function calling (the reply's
+    # tool_calls; a text CALL line is still read); "auto": text for the embedded llama.cpp
+    # backends (their server has no function-calling template by default), functions else.
+    protocol: str = "auto"
     grammar: str = "auto"  # "auto": constrain llama.cpp backends (embedded:*), "on", "off"
+    grammar_bases: int = 3  # under the grammar, submit may name one of the top-k candidates
 
 
 @dataclass
@@ -81,7 +142,7 @@ class Session:
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=1, ensure_ascii=False), encoding="utf-8")
+        tmp.write_text(json.dumps(asdict(self), indent=1), encoding="utf-8")
         os.replace(tmp, path)
 
 
@@ -115,26 +176,55 @@ CALL submit {"base": "c0003", "hypothesis": "answers end with a period the grade
 """
 
 
+def function_call(calls: list[dict[str, str]]) -> ToolCall:
+    """The first function call of a reply as a ToolCall (submit's `edits` become its body), or
+    ToolRefused saying what is wrong."""
+    first = calls[0]
+    name = valid_text(first.get("name", ""))
+    if name not in TOOL_NAMES:
+        raise ToolRefused(f"unknown tool {name!r}; tools: {', '.join(TOOL_NAMES)}")
+    try:
+        args = json.loads(first.get("arguments") or "{}")
+    except ValueError as e:
+        raise ToolRefused(f"the arguments of {name} are not valid JSON ({e})") from None
+    if not isinstance(args, dict):
+        raise ToolRefused(f"the arguments of {name} must be a JSON object")
+    body = str(args.pop("edits", "")) if name == "submit" else ""
+    return ToolCall(name, args, valid_text(body))
+
+
 class ProposerAgent:
     def __init__(self, model: ChatModel, tools: ArchiveTools, cfg: AgentConfig = AgentConfig(),
                  retrieval: bool = False) -> None:  # fmt: skip
         self.model, self.tools, self.cfg, self.retrieval = model, tools, cfg, retrieval
 
     def uses_grammar(self) -> bool:
+        if self.uses_functions():
+            return False
         if self.cfg.grammar == "auto":
             return self.model.name.startswith("embedded:")
         return self.cfg.grammar == "on"
+
+    def uses_functions(self) -> bool:
+        if self.cfg.protocol == "auto":
+            return not self.model.name.startswith("embedded:")
+        return self.cfg.protocol == "functions"
 
     def run(self, iteration: int, index: int, seed: int, brief: str) -> Session:
         """One session; `brief` says where the search stands (the top candidates)."""
         s = Session(iteration, index, seed)
         retrieve = (", and `env.tools.retrieve(query, k=5)` returns passages {id, title, text}"
                     if self.retrieval else "")  # fmt: skip
-        system = (SYSTEM.replace("{protocol}", PROTOCOL_HELP)
+        functions = self.uses_functions()
+        protocol = "Call exactly one tool per reply." if functions else PROTOCOL_HELP
+        system = (SYSTEM.replace("{protocol}", protocol)
                   .replace("{steps}", str(self.cfg.max_steps)).replace("{retrieve}", retrieve))
         s.messages = [{"role": "system", "content": system},
                       {"role": "user", "content": brief}]  # fmt: skip
-        grammar = CALL_GRAMMAR if self.uses_grammar() else None
+        grammar = None
+        if self.uses_grammar():
+            top = self.tools.archive.top(self.cfg.grammar_bases)
+            grammar = call_grammar({m.id: self.tools.archive.source(m.id) for m in top})
         for step in range(self.cfg.max_steps):
             left = self.cfg.max_tokens - s.tokens
             if left <= 0:
@@ -142,26 +232,35 @@ class ProposerAgent:
                 return s
             sampling = Sampling(max_tokens=min(self.cfg.step_tokens, left),
                                 temperature=self.cfg.temperature, seed=seed + step,
-                                grammar=grammar)  # fmt: skip
+                                grammar=grammar,
+                                tools=TOOL_SCHEMAS if functions else None)  # fmt: skip
             try:
                 c = self.model.chat(list(s.messages), sampling)
             except ModelError as e:
                 s.ended = f"model error: {type(e).__name__}: {e}"
                 return s
             s.tokens += int(c.usage.get("completion_tokens", 0))
-            s.messages.append({"role": "assistant", "content": c.text})
+            text = valid_text(c.text)
+            call: ToolCall | None = None
             try:
-                call = parse_call(c.text)
+                call = function_call(c.tool_calls) if c.tool_calls else parse_call(text)
             except ToolRefused as e:
                 reply = f"error: {e}"
+            if call is not None and c.tool_calls:
+                # The history holds a function call as its text form, so that any server can
+                # read it back (no tool-call ids to keep consistent across backends).
+                text = f"CALL {call.name} {json.dumps(call.args)}"
+                text += f"\n{call.body}" if call.body else ""
+            s.messages.append({"role": "assistant", "content": text})
+            if call is None:
                 s.calls.append({"step": step, "name": None, "args": {}, "output": reply})
+            elif call.name == "submit":
+                s.submission = self._submit(call.args, call.body)
+                s.calls.append({"step": step, "name": "submit", "args": call.args,
+                                "output": s.submission.reason or "accepted"})  # fmt: skip
+                s.ended = "submitted"
+                return s
             else:
-                if call.name == "submit":
-                    s.submission = self._submit(call.args, call.body)
-                    s.calls.append({"step": step, "name": "submit", "args": call.args,
-                                    "output": s.submission.reason or "accepted"})  # fmt: skip
-                    s.ended = "submitted"
-                    return s
                 reply = self.tools.call(call)
                 s.calls.append({"step": step, "name": call.name, "args": call.args,
                                 "output": reply})  # fmt: skip

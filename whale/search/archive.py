@@ -155,11 +155,11 @@ class Archive:
         _write_jsonl(tmp / "outcomes.jsonl", [{k: o.get(k) for k in _OUTCOME_FIELDS}
                                               for o in outcomes])  # fmt: skip
         _write_jsonl(tmp / "trajectories.jsonl", [t.to_dict() for t in trajectories])
-        (tmp / "meta.json").write_text(json.dumps(asdict(meta), indent=2, ensure_ascii=False))
+        (tmp / "meta.json").write_text(json.dumps(asdict(meta), indent=2))
         os.replace(tmp, self.root / meta.id)
         self._metas[meta.id] = meta
         with open(self.root / "summary.jsonl", "a", encoding="utf-8") as f:
-            f.write(json.dumps(asdict(meta), ensure_ascii=False) + "\n")
+            f.write(json.dumps(asdict(meta)) + "\n")
         return meta
 
     def _sync_summary(self) -> None:
@@ -206,4 +206,4 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 def _write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:
     with open(path, "w", encoding="utf-8") as f:
         for r in rows:
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+            f.write(json.dumps(r) + "\n")

@@ -35,6 +35,11 @@ from whale.tasks import Question, Task
 SEED_ID = "c0000"
 
 
+class SearchStopped(RuntimeError):
+    """The search cannot go on (the seed does not load, the proposer's backend fails); what
+    was paid is kept, and a resume continues once the cause is fixed."""
+
+
 @dataclass(frozen=True)
 class SearchSettings:
     iterations: int = 6
@@ -83,18 +88,29 @@ def search(
     say: Callable[[str], None] = lambda s: None,
 ) -> SearchResult:
     sessions = store.dir / "sessions"
-    screen = AnswerEchoScreen(task, search_set) if cfg.answer_echo_screen else None
+    # Against the seed, not the base: a chain of candidates cannot launder an echo.
+    screen = (AnswerEchoScreen(task, search_set, baseline=seed_source)
+              if cfg.answer_echo_screen else None)  # fmt: skip
     if SEED_ID not in {m.id for m in archive.candidates()}:
         ev = store.evaluate(runtime, seed_source, task, search_set, "search", cfg.workers)
         _archive(archive, CandidateMeta(SEED_ID, None, 0, "seed", harness_hash(seed_source),
                                         True), seed_source, ev)  # fmt: skip
     seed = archive.get(SEED_ID)
+    if seed.hash != harness_hash(seed_source):
+        raise SearchStopped(
+            f"{archive.root} holds a search from seed {seed.hash}, not from this harness "
+            f"({harness_hash(seed_source)}): use another folder"
+        )
+    if not seed.valid or seed.score is None:
+        raise SearchStopped(f"the seed harness is not usable: {seed.reason}")
     records: list[IterationRecord] = []
     best_after: list[float] = []
     stopped = f"{cfg.iterations} iterations"
     for j in range(1, cfg.iterations + 1):
         before, calls, ids = store.rollouts, 0, []
         for i in range(cfg.m):
+            if cfg.max_rollouts is not None and store.rollouts >= cfg.max_rollouts:
+                break  # checked before each candidate; one candidate may pass it by |Q_search|
             cid = f"c{j:02d}{i:02d}"
             ids.append(cid)
             if cid in {m.id for m in archive.candidates()}:
@@ -103,6 +119,9 @@ def search(
             calls += len(session.calls)
             _score_submission(cid, j, session, task, search_set, runtime, store, archive, cfg,
                               screen)  # fmt: skip
+        if not ids:  # the rollout budget was spent before this iteration's first candidate
+            stopped = f"rollout budget {cfg.max_rollouts} spent (before iteration {j})"
+            break
         best = archive.best() or seed
         best_after.append(best.score or 0.0)
         valid = sum(archive.get(c).valid for c in ids)
@@ -150,6 +169,8 @@ def _session(path: Path, agent: ProposerAgent, archive: Archive, j: int, i: int,
         return s
     s = agent.run(j, i, seed=cfg.seed * 100_000 + j * 100 + i,
                   brief=brief(archive, agent.tools, j))  # fmt: skip
+    if s.ended.startswith("model error"):  # not saved: a resume asks again
+        raise SearchStopped(f"the proposer failed in session {path.stem}: {s.ended}")
     s.save(path)
     return s
 
@@ -167,9 +188,7 @@ def _score_submission(cid: str, j: int, session: Session, task: Task,
     if not sub.valid or sub.source is None:  # Apply said why (it checks the run contract)
         archive.add(CandidateMeta(cid, parent, j, sub.hypothesis, None, False, sub.reason), None)
         return
-    echo = None
-    if screen is not None and parent is not None:
-        echo = screen.check(sub.source, archive.source(parent))
+    echo = screen.check(sub.source) if screen is not None else None
     if echo is not None:  # invalid before any rollout is paid; its source is kept to read
         meta = CandidateMeta(cid, parent, j, sub.hypothesis, harness_hash(sub.source), False, echo)
         archive.add(meta, sub.source)

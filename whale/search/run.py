@@ -58,14 +58,18 @@ class SearchConfig:
 
     def validate(self) -> None:
         at_least(self, 1, "iterations", "m", "dev", "eval", "workers", "max_rollouts")
+        if self.m > 99:  # candidate ids are c<iteration><index:02d>
+            raise cfgmod.ConfigError(f"m must be at most 99, got {self.m}")
         if self.patience and (len(self.patience) != 2 or self.patience[0] < 0
                               or self.patience[1] < 1):  # fmt: skip
             raise cfgmod.ConfigError(f"patience must be [J_MIN, P_H] with P_H >= 1, got "
                                      f"{self.patience}")  # fmt: skip
         with part("agent"):
-            at_least(self.agent, 1, "max_steps", "max_tokens", "step_tokens", "tool_chars")
+            at_least(self.agent, 1, "max_steps", "max_tokens", "step_tokens", "tool_chars",
+                     "grammar_bases")
             at_least(self.agent, 0.0, "temperature")
             one_of(self.agent, "grammar", ("auto", "on", "off"))
+            one_of(self.agent, "protocol", ("auto", "text", "functions"))
 
 
 # What a resumed search may change (nothing any recorded outcome or session depends on).

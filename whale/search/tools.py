@@ -29,6 +29,7 @@ from typing import Any
 
 from whale.search.archive import Archive, ArchiveError
 
+CACHE_FILE_BYTES = 256 * 1024
 TOOL_NAMES = ("list", "read", "grep", "diff", "top", "failures", "task", "submit")
 
 
@@ -92,17 +93,24 @@ class ArchiveTools:
                 raise ToolRefused(f"{rel!r} is a symbolic link; links are not followed")
         return path
 
-    def _text(self, f: Path) -> tuple[str, str]:
-        """A file's text and its lower-cased copy, cached while its size and mtime hold
-        (candidate folders never change once written, so a grep of the whole archive reads
-        each file once; at 100 candidates a cold grep took 65 ms)."""
+    def _matches(self, f: Path, low: str) -> list[tuple[int, str]]:
+        """(line number, line) of the lines of `f` holding `low`, case-insensitively. Files up
+        to CACHE_FILE_BYTES are cached (text and lower-cased copy) while their size and mtime
+        hold: candidate folders never change once written, so a grep of the whole archive
+        reads each once (at 100 candidates a cold grep took 65 ms). Larger files are read line
+        by line each time, so the cache stays small whatever a harness made its records."""
         st = os.lstat(f)
+        if st.st_size > CACHE_FILE_BYTES:
+            with open(f, encoding="utf-8", errors="replace") as fh:
+                return [(i, line) for i, line in enumerate(fh, 1) if low in line.lower()]
         key = (st.st_mtime_ns, st.st_size)
         hit = self._cache.get(f)
         if hit is None or hit[0] != key:
             text = f.read_text(encoding="utf-8", errors="replace")
             hit = self._cache[f] = (key, text, text.lower())
-        return hit[1], hit[2]
+        if low not in hit[2]:  # most files do not match: one scan, no split
+            return []
+        return [(i, line) for i, line in enumerate(hit[1].split("\n"), 1) if low in line.lower()]
 
     # -- tools -------------------------------------------------------------------------------
     def list(self, args: dict[str, Any]) -> str:
@@ -135,15 +143,11 @@ class ArchiveTools:
         low = needle.lower()
         hits: list[str] = []
         for f in [base] if base.is_file() else _files(base):
-            text, lowered = self._text(f)
-            if low not in lowered:  # most files do not match: one scan, no split
-                continue
             rel = f.relative_to(self.root)
-            for i, line in enumerate(text.split("\n"), 1):
-                if low in line.lower():
-                    hits.append(f"{rel}:{i}: {line.rstrip()[:200]}")
-                    if len(hits) >= 200:
-                        return "\n".join(hits) + "\n…[more matches not shown]"
+            for i, line in self._matches(f, low):
+                hits.append(f"{rel}:{i}: {line.rstrip()[:200]}")
+                if len(hits) >= 200:
+                    return "\n".join(hits) + "\n…[more matches not shown]"
         return "\n".join(hits) or "(no match)"
 
     def diff(self, args: dict[str, Any]) -> str:

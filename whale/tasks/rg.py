@@ -209,6 +209,15 @@ class ReasoningGymTask:
             return f"answer longer than {IN_PROCESS_MAX_CHARS} characters"
         return None
 
+    def precheck(self, question: Question, answer: str) -> Grade | None:
+        """A grade decided by string handling before any scorer runs (see `_PRECHECKS`)."""
+        entry = question.reference
+        family = self.family
+        if family == "composite":
+            family = str(entry.get("metadata", {}).get("source_dataset", family))
+        check = _PRECHECKS.get(family)
+        return None if check is None else check(answer, entry)
+
     def jailed_grading(self, question: Question, answer: str) -> JailedGrading | None:
         """None: `grade()` scores this answer here. Otherwise what the grading jail needs."""
         reason = self.isolation_reason(answer)
@@ -249,7 +258,7 @@ class ReasoningGymTask:
 # (x, C, x1): the functions and constants their reference answers use, and a few more.
 MATH_NAMES = frozenset(
     """sin cos tan cot sec csc asin acos atan acot sinh cosh tanh asinh acosh atanh exp log ln
-    sqrt Abs abs pi oo Integral""".split()
+    sqrt Abs abs pi oo""".split()
 )
 PLAIN_MAX_CHARS = 4096
 _PLAIN_CHARS = re.compile(r"[0-9A-Za-z \t\n+\-*/^()=,.]*\Z")
@@ -272,6 +281,8 @@ def plain_expression(text: str) -> bool:
         if c.isdigit():
             m = _NUMBER.match(text, i)
             assert m is not None
+            if re.search(r"[eE][+-]?[0-9]{4}", m.group(0)):  # 1e99999: a float too big to hold
+                return False
             i = m.end()
         elif c.isalpha():
             m = _NAME.match(text, i)
@@ -280,21 +291,70 @@ def plain_expression(text: str) -> bool:
             if not (_LETTER_DIGITS.match(name) or name in MATH_NAMES):
                 return False
             i = m.end()
+            # Only MATH_NAMES may be called: sympy's one-letter names N, S, O, Q are functions
+            # (N(pi, 10**8) computes 10**8 digits).
+            if text[i:].lstrip()[:1] == "(" and name not in MATH_NAMES:
+                return False
         elif c == ".":  # a number's '.' was consumed with the number
             return False
         else:
             i += 1
+    return _bounded_powers(text)
+
+
+MAX_EXPONENT = 100.0
+
+
+def _bounded_powers(text: str) -> bool:
+    """No power tower (`9**9**9**9`) and no exponent over MAX_EXPONENT: either makes sympy
+    compute a number of millions of digits, a stall of the grader until its timeout, from one
+    answer. An exponent is a number, a name, or a parenthesized group holding neither a power
+    nor a number over the limit."""
+    t = re.sub(r"\s+", "", text).replace("**", "^")
+    for m in re.finditer(r"\^", t):
+        j = m.end() + (t[m.end() : m.end() + 1] in ("+", "-"))
+        if j >= len(t):
+            return False
+        if t[j].isdigit():
+            num = _NUMBER.match(t, j)
+            assert num is not None
+            if float(num.group(0)) > MAX_EXPONENT:
+                return False
+            end = num.end()
+        elif t[j].isalpha():
+            name = _NAME.match(t, j)
+            assert name is not None
+            end = name.end()
+            if t[end : end + 1] == "(":
+                return False
+        elif t[j] == "(":
+            depth, end = 0, j
+            while end < len(t):
+                depth += {"(": 1, ")": -1}.get(t[end], 0)
+                end += 1
+                if depth == 0:
+                    break
+            inner = t[j + 1 : end - 1]
+            big = any(float(x) > MAX_EXPONENT for x in _NUMBER.findall(inner))
+            if depth or "^" in inner or big:
+                return False
+        else:
+            return False
+        if t[end : end + 1] == "^":
+            return False
     return True
 
 
-_LITERAL_NODES = (ast.Expression, ast.Constant, ast.List, ast.Tuple, ast.Load, ast.Name,
+_LITERAL_NODES = (ast.Expression, ast.Constant, ast.List, ast.Tuple, ast.Load,
                   ast.UnaryOp, ast.USub, ast.UAdd)  # fmt: skip
 
 
 def python_literal_or_not_code(text: str) -> bool:
     """What `eval(text)` may see: a Python literal (numbers, strings, lists, tuples, signed
-    numbers), a bare name (a lookup, no call: the reference answers of string_insertion are
-    such), or text that does not compile, so that eval raises before anything runs. Checked
+    numbers) or text that does not compile, so that eval raises before anything runs. No
+    name: the scorers eval in a scope that holds `oracle_answer` (the reference), so a bare
+    name is a lookup of it. (string_insertion's references are bare names: the exact answer
+    is scored by `_exact_reference` before the screen.) Checked
     as eval reads it (eval drops leading spaces and tabs) and stripped; anything the parser
     cannot even read (deep nesting, NUL) is refused."""
     if "\x00" in text:
@@ -309,7 +369,7 @@ def python_literal_or_not_code(text: str) -> bool:
         for node in ast.walk(tree):
             if not isinstance(node, _LITERAL_NODES):
                 return False
-            if isinstance(node, ast.Name) and node.id.startswith("_"):
+            if isinstance(node, ast.Name):  # eval("oracle_answer") reads the scorer's locals
                 return False
             if isinstance(node, ast.UnaryOp) and not isinstance(node.operand, ast.Constant):
                 return False
@@ -369,6 +429,28 @@ def _bool_answer(answer: str, entry: dict[str, Any]) -> float:
 
 
 _SCORER_FIXES = {"game_of_life_halting": _bool_answer}
+
+
+def _puzzle24_numbers(answer: str, entry: dict[str, Any]) -> Grade | None:
+    """reasoning-gym 0.1.25's puzzle24 scorer checks that an answer uses four numbers in range
+    and makes 24, not that they are the puzzle's numbers: `4*3*2*1` scores 1.0 on every
+    question. whale first checks (by string, nothing is evaluated) that the answer's numbers
+    are the puzzle's, as the countdown scorer does; else 0.01, the scorer's own wrong score."""
+    used = sorted(int(n) for n in re.findall(r"\b\d+\b", answer[:PLAIN_MAX_CHARS]))
+    if used != sorted(int(n) for n in entry.get("metadata", {}).get("numbers", [])):
+        return Grade(0.01, False, "the answer does not use exactly the puzzle's numbers")
+    return None
+
+
+def _exact_reference(answer: str, entry: dict[str, Any]) -> Grade | None:
+    """string_insertion's scorer gives 1.0 to `answer == entry["answer"]` before it evals
+    anything; whale does that comparison here, so that the screen may refuse every bare name
+    (its references are bare names, `ABCDAEB`)."""
+    return Grade(1.0, True) if answer == entry.get("answer") else None
+
+
+# Pure-string verdicts that come before any scorer, in process or jailed (whale's fixes).
+_PRECHECKS = {"puzzle24": _puzzle24_numbers, "string_insertion": _exact_reference}
 
 
 def _is_number(text: str) -> bool:
