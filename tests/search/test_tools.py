@@ -80,4 +80,12 @@ def test_grep_reads_large_files_without_caching_them(tools, tmp_path):
     big = tmp_path / "archive/c0000/trajectories.jsonl"
     big.write_text("filler line\n" * 40_000 + "the NEEDLE is here\n")
     assert "c0000/trajectories.jsonl:40001" in tools.call(ToolCall("grep", {"pattern": "needle"}))
-    assert big not in tools._cache
+    assert big.parent not in tools._folders_cache  # a folder with a large file is not cached
+
+
+def test_grep_sees_a_candidate_archived_after_the_first_grep(tools):
+    assert "(no match)" == tools.call(ToolCall("grep", {"pattern": "brand new text"}))
+    src = "def run(question, env):\n    return 'brand new text'\n"
+    tools.archive.add(CandidateMeta("c0100", "c0001", 1, "new", harness_hash(src), True,
+                                    score=0.1), src)
+    assert "c0100/harness.py:2" in tools.call(ToolCall("grep", {"pattern": "BRAND NEW"}))

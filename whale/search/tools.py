@@ -54,12 +54,12 @@ class ArchiveTools:
     def __init__(self, archive: Archive, task_description: str, char_budget: int = 4000) -> None:
         self.archive, self.task_description, self.budget = archive, task_description, char_budget
         self.root = archive.root.resolve()
-        self._cache: dict[Path, tuple[tuple[int, int], str, str]] = {}
+        self._folders_cache: dict[Path, tuple[int, list[tuple[Path, str, str]], str]] = {}
 
     def call(self, c: ToolCall) -> str:
         """Run one read-only tool; refusals and bad arguments come back as text."""
         handlers: dict[str, Callable[[dict[str, Any]], str]] = {
-            "list": self.list, "read": self.read, "grep": self.grep, "diff": self.diff,
+            "list": self.ls, "read": self.read, "grep": self.grep, "diff": self.diff,
             "top": self.top, "failures": self.failures, "task": lambda a: self.task_description,
         }  # fmt: skip
         if c.name not in handlers:
@@ -93,27 +93,8 @@ class ArchiveTools:
                 raise ToolRefused(f"{rel!r} is a symbolic link; links are not followed")
         return path
 
-    def _matches(self, f: Path, low: str) -> list[tuple[int, str]]:
-        """(line number, line) of the lines of `f` holding `low`, case-insensitively. Files up
-        to CACHE_FILE_BYTES are cached (text and lower-cased copy) while their size and mtime
-        hold: candidate folders never change once written, so a grep of the whole archive
-        reads each once (at 100 candidates a cold grep took 65 ms). Larger files are read line
-        by line each time, so the cache stays small whatever a harness made its records."""
-        st = os.lstat(f)
-        if st.st_size > CACHE_FILE_BYTES:
-            with open(f, encoding="utf-8", errors="replace") as fh:
-                return [(i, line) for i, line in enumerate(fh, 1) if low in line.lower()]
-        key = (st.st_mtime_ns, st.st_size)
-        hit = self._cache.get(f)
-        if hit is None or hit[0] != key:
-            text = f.read_text(encoding="utf-8", errors="replace")
-            hit = self._cache[f] = (key, text, text.lower())
-        if low not in hit[2]:  # most files do not match: one scan, no split
-            return []
-        return [(i, line) for i, line in enumerate(hit[1].split("\n"), 1) if low in line.lower()]
-
     # -- tools -------------------------------------------------------------------------------
-    def list(self, args: dict[str, Any]) -> str:
+    def ls(self, args: dict[str, Any]) -> str:
         path = self.resolve(args.get("path", "."))
         if not path.is_dir():
             raise ToolRefused(f"{args.get('path')!r} is not a folder")
@@ -142,13 +123,58 @@ class ArchiveTools:
         base = self.resolve(args.get("path", "."))
         low = needle.lower()
         hits: list[str] = []
-        for f in [base] if base.is_file() else _files(base):
-            rel = f.relative_to(self.root)
-            for i, line in self._matches(f, low):
-                hits.append(f"{rel}:{i}: {line.rstrip()[:200]}")
-                if len(hits) >= 200:
-                    return "\n".join(hits) + "\n…[more matches not shown]"
+        for folder in [base] if base.is_file() else self._folders(base):
+            for f, text, lowered in self._contents(folder, low):
+                if low not in lowered:  # most files do not match: one scan, no split
+                    continue
+                rel = f.relative_to(self.root)
+                for i, line in enumerate(text.split("\n"), 1):
+                    if low in line.lower():
+                        hits.append(f"{rel}:{i}: {line.rstrip()[:200]}")
+                        if len(hits) >= 200:
+                            return "\n".join(hits) + "\n…[more matches not shown]"
         return "\n".join(hits) or "(no match)"
+
+    def _folders(self, base: Path) -> list[Path]:
+        """`base`'s own files, then its sub-folders (candidate folders, in the archive root)."""
+        files: list[Path] = []
+        dirs: list[Path] = []
+        with os.scandir(base) as it:
+            for e in it:
+                if e.name.startswith(".") or e.is_symlink():
+                    continue
+                (dirs if e.is_dir(follow_symlinks=False) else files).append(Path(e.path))
+        return sorted(files) + sorted(dirs)
+
+    def _contents(self, path: Path, low: str) -> list[tuple[Path, str, str]]:
+        """(file, text, lower-cased text) of the regular files under `path` that may hold
+        `low`. A folder of small files is cached whole while its mtime holds (a candidate
+        folder is written whole and renamed into place, never changed; at 100 candidates a
+        grep of the whole archive took 29 ms a call re-reading it), with one lower-cased blob
+        that rules the folder out in one scan. A folder with a file over CACHE_FILE_BYTES is
+        never cached, and of a large file only the matching lines are kept, so memory stays
+        small whatever a harness made its records."""
+        if path.is_file():
+            return [self._file(path, low)]
+        key = os.lstat(path).st_mtime_ns
+        hit = self._folders_cache.get(path)
+        if hit is None or hit[0] != key:
+            files = _files(path)
+            if any(os.lstat(f).st_size > CACHE_FILE_BYTES for f in files):
+                return [self._file(f, low) for f in files]
+            entries = [self._file(f, low) for f in files]
+            hit = self._folders_cache[path] = (key, entries, "\0".join(e[2] for e in entries))
+        return hit[1] if low in hit[2] else []
+
+    def _file(self, f: Path, low: str) -> tuple[Path, str, str]:
+        """One file, read now; of a large one only the lines holding `low` are kept (the
+        others blank, so that line numbers hold)."""
+        if os.lstat(f).st_size <= CACHE_FILE_BYTES:
+            text = f.read_text(encoding="utf-8", errors="replace")
+            return f, text, text.lower()
+        with open(f, encoding="utf-8", errors="replace") as fh:
+            text = "\n".join(line.rstrip("\n") if low in line.lower() else "" for line in fh)
+        return f, text, text.lower()
 
     def diff(self, args: dict[str, Any]) -> str:
         a, b = str(args.get("a", "")), str(args.get("b", ""))
