@@ -200,3 +200,22 @@ def test_an_archive_folder_of_another_seed_is_refused(tmp_path):
                 SearchSettings(iterations=1))
     finally:
         store.close()
+
+
+def test_a_session_killed_mid_way_resumes_from_its_last_step(tmp_path):
+    class Killed(BaseException):
+        pass
+
+    def dies_at_second_reply(messages, sampling):
+        if sum(m["role"] == "assistant" for m in messages) >= 1:
+            raise Killed()
+        return 'CALL top {"k": 2}'
+
+    with pytest.raises(Killed):
+        run(tmp_path, [], iterations=1, m=1, agent_model=ScriptedModel(dies_at_second_reply))
+    saved = json.loads((tmp_path / "sessions/c0100.json").read_text())
+    assert saved["ended"] == "" and [c["name"] for c in saved["calls"]] == ["top"]
+    r, _, _, model = run(tmp_path, [GOOD], iterations=1, m=1)
+    assert len(model.calls) == 1  # only the reply that was in flight is asked again
+    assert model.calls[0][1].seed == 100 + 1  # with the seed of step 2
+    assert r.accepted_id == "c0100"

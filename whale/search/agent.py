@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -210,8 +211,15 @@ class ProposerAgent:
             return not self.model.name.startswith("embedded:")
         return self.cfg.protocol == "functions"
 
-    def run(self, iteration: int, index: int, seed: int, brief: str) -> Session:
-        """One session; `brief` says where the search stands (the top candidates)."""
+    def run(self, iteration: int, index: int, seed: int, brief: str,
+            resume: Session | None = None,
+            on_step: Callable[[Session], None] | None = None) -> Session:  # fmt: skip
+        """One session; `brief` says where the search stands (the top candidates). `on_step`
+        is called after every step (the loop saves the session there), and `resume`, such a
+        saved session, goes on from its last finished step, so a killed session pays again
+        at most the reply that was in flight."""
+        if resume is not None:
+            return self._steps(resume, len(resume.calls), seed, on_step)
         s = Session(iteration, index, seed)
         retrieve = (", and `env.tools.retrieve(query, k=5)` returns passages {id, title, text}"
                     if self.retrieval else "")  # fmt: skip
@@ -221,11 +229,16 @@ class ProposerAgent:
                   .replace("{steps}", str(self.cfg.max_steps)).replace("{retrieve}", retrieve))
         s.messages = [{"role": "system", "content": system},
                       {"role": "user", "content": brief}]  # fmt: skip
+        return self._steps(s, 0, seed, on_step)
+
+    def _steps(self, s: Session, start: int, seed: int,
+               on_step: Callable[[Session], None] | None) -> Session:  # fmt: skip
+        functions = self.uses_functions()
         grammar = None
         if self.uses_grammar():
             top = self.tools.archive.top(self.cfg.grammar_bases)
             grammar = call_grammar({m.id: self.tools.archive.source(m.id) for m in top})
-        for step in range(self.cfg.max_steps):
+        for step in range(start, self.cfg.max_steps):
             left = self.cfg.max_tokens - s.tokens
             if left <= 0:
                 s.ended = "token budget"
@@ -267,6 +280,8 @@ class ProposerAgent:
             remaining = self.cfg.max_steps - step - 1
             note = "\n(Your next reply is the last: it must be a submit.)" if remaining == 1 else ""
             s.messages.append({"role": "user", "content": f"RESULT:\n{reply}{note}"})
+            if on_step is not None:
+                on_step(s)
         s.ended = "step budget"
         return s
 

@@ -160,16 +160,20 @@ def brief(archive: Archive, tools: ArchiveTools, iteration: int, k: int = 5) -> 
 
 def _session(path: Path, agent: ProposerAgent, archive: Archive, j: int, i: int,
              cfg: SearchSettings) -> Session:  # fmt: skip
-    """The agent session for candidate (j, i): from disk when a resumed run already paid."""
+    """The agent session for candidate (j, i): from disk when a resumed run already paid for
+    it, continued from its last saved step when a kill cut it short. Saved after every step."""
+    seed = cfg.seed * 100_000 + j * 100 + i
+    partial = None
     if path.exists():
         d = json.loads(path.read_text(encoding="utf-8"))
         sub = d.pop("submission", None)
-        s = Session(**d)
-        s.submission = Submission(**sub) if sub else None
-        return s
-    s = agent.run(j, i, seed=cfg.seed * 100_000 + j * 100 + i,
-                  brief=brief(archive, agent.tools, j))  # fmt: skip
-    if s.ended.startswith("model error"):  # not saved: a resume asks again
+        partial = Session(**d)
+        partial.submission = Submission(**sub) if sub else None
+        if partial.ended:
+            return partial
+    s = agent.run(j, i, seed=seed, brief=brief(archive, agent.tools, j), resume=partial,
+                  on_step=lambda s: s.save(path))  # fmt: skip
+    if s.ended.startswith("model error"):  # its finished steps are saved; a resume goes on
         raise SearchStopped(f"the proposer failed in session {path.stem}: {s.ended}")
     s.save(path)
     return s
