@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -209,6 +210,29 @@ def resolve(cfg: EvalConfig, unsafe: bool) -> tuple[Any, str, Any]:
     except (UnknownModel, ModelError) as e:
         fail(str(e))
     return task, source, model
+
+
+def resolve_operator(
+    ecfg: EvalConfig, proposer: ModelConfig, unsafe: bool, splits: Callable[[Any], object]
+) -> tuple[Any, str, Any, Any]:
+    """What `adapt` and `search` check before any cost, on top of `resolve`: the seed keeps
+    the run contract, the proposer model exists, and `splits(task)` can draw disjoint splits
+    of the sizes asked for. Exit 2 naming what is wrong."""
+    from whale.harness.contract import run_contract_fault
+
+    task_obj, source, solver_model = resolve(ecfg, unsafe)
+    fault = run_contract_fault(source)
+    if fault is not None:  # a seed that cannot run makes no experiment
+        fail(f"--harness {ecfg.harness}: the seed harness {fault}")
+    try:
+        proposer_model = build_model(proposer)
+    except (UnknownModel, ModelError) as e:
+        fail(f"proposer: {e}")
+    try:
+        splits(task_obj)
+    except (SplitOverlap, ValueError) as e:
+        fail(str(e))
+    return task_obj, source, solver_model, proposer_model
 
 
 # --- eval ---------------------------------------------------------------------------------
@@ -502,20 +526,9 @@ def adapt_cmd(
         runtime=cfg.runtime,
         n=cfg.dev + cfg.eval,
     )
-    task_obj, source, solver_model = resolve(ecfg, unsafe)
-    from whale.harness.contract import run_contract_fault
-
-    fault = run_contract_fault(source)
-    if fault is not None:  # before any cost: a seed that cannot run makes no experiment
-        fail(f"--harness {cfg.harness}: the seed harness {fault}")
-    try:
-        proposer_model = build_model(cfg.proposer)
-    except (UnknownModel, ModelError) as e:
-        fail(f"proposer: {e}")
-    try:
-        split_pools(task_obj, cfg)  # refuse overlapping or too-small splits before any cost
-    except (SplitOverlap, ValueError) as e:
-        fail(str(e))
+    task_obj, source, solver_model, proposer_model = resolve_operator(
+        ecfg, cfg.proposer, unsafe, lambda t: split_pools(t, cfg)
+    )
     if run_dir is None:
         run_dir = new_run_dir(cfg.out, "adapt", f"{cfg.task.id}-{Path(cfg.harness).stem}")
     say = lambda s: err.print(f"[cyan]{s}[/cyan]")  # noqa: E731

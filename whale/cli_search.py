@@ -19,15 +19,13 @@ from whale.cli import (
     load_config,
     new_run_dir,
     out,
-    resolve,
+    resolve_operator,
 )
 from whale.evaluate import EvalConfig
-from whale.harness.contract import run_contract_fault
-from whale.models import ModelError, UnknownModel, build_model
 from whale.records import RecordError
 from whale.search.loop import SearchStopped
 from whale.search.run import SearchConfig, run_search, search_splits
-from whale.tasks import EvalAlreadyRead, SplitOverlap
+from whale.tasks import EvalAlreadyRead
 
 
 @app.command("search")
@@ -90,18 +88,9 @@ def search_cmd(
         run_dir = None  # type: ignore[assignment]
     ecfg = EvalConfig(task=cfg.task, harness=cfg.harness, model=cfg.solver, runtime=cfg.runtime,
                       n=cfg.dev + cfg.eval)  # fmt: skip
-    task_obj, source, solver_model = resolve(ecfg, unsafe)
-    fault = run_contract_fault(source)
-    if fault is not None:
-        fail(f"--harness {cfg.harness}: the seed harness {fault}")
-    try:
-        proposer_model = build_model(cfg.proposer)
-    except (UnknownModel, ModelError) as e:
-        fail(f"proposer: {e}")
-    try:
-        search_splits(task_obj, cfg)  # refuse overlapping or too-small splits before any cost
-    except (SplitOverlap, ValueError) as e:
-        fail(str(e))
+    task_obj, source, solver_model, proposer_model = resolve_operator(
+        ecfg, cfg.proposer, unsafe, lambda t: search_splits(t, cfg)
+    )
     if run_dir is None:
         run_dir = new_run_dir(cfg.out, "search", f"{cfg.task.id}-{Path(cfg.harness).stem}")
     say = lambda s: err.print(f"[cyan]{s}[/cyan]")  # noqa: E731
