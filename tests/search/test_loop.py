@@ -219,3 +219,27 @@ def test_a_session_killed_mid_way_resumes_from_its_last_step(tmp_path):
     assert len(model.calls) == 1  # only the reply that was in flight is asked again
     assert model.calls[0][1].seed == 100 + 1  # with the seed of step 2
     assert r.accepted_id == "c0100"
+
+
+def test_a_kill_while_the_seed_is_scored_pays_nothing_twice(tmp_path):
+    class Killed(BaseException):
+        pass
+
+    calls = {"n": 0}
+
+    def dies_after_three(messages, sampling):
+        calls["n"] += 1
+        if calls["n"] > 3:
+            raise Killed()
+        return "The answer is 1."
+
+    solver = ScriptedModel(dies_after_three)
+    with pytest.raises(Killed):
+        run(tmp_path, [GOOD], iterations=1, m=1, solver=solver)
+    paid = [json.loads(x) for x in (tmp_path / "outcomes.jsonl").read_text().splitlines() if x]
+    assert 0 < len(paid) < 6 and not (tmp_path / "archive/c0000").exists()
+    _, archive, store, _ = run(tmp_path, [GOOD], iterations=1, m=1)
+    assert store.new_rollouts == 6 - len(paid) + 6  # the rest of the seed, then the candidate
+    keys = [(r["harness"], r["question_id"]) for r in
+            (json.loads(x) for x in (tmp_path / "outcomes.jsonl").read_text().splitlines() if x)]
+    assert len(keys) == len(set(keys)) == 12 and archive.get("c0000").n_scored == 6
