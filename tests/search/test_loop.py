@@ -213,8 +213,11 @@ def test_a_session_killed_mid_way_resumes_from_its_last_step(tmp_path):
 
     with pytest.raises(Killed):
         run(tmp_path, [], iterations=1, m=1, agent_model=ScriptedModel(dies_at_second_reply))
-    saved = json.loads((tmp_path / "sessions/c0100.json").read_text())
-    assert saved["ended"] == "" and [c["name"] for c in saved["calls"]] == ["top"]
+    from whale.search.loop import _replay
+
+    assert not (tmp_path / "sessions/c0100.json").exists()  # the session never finished
+    saved = _replay(tmp_path / "sessions/c0100.steps.jsonl")  # but its first step was logged
+    assert saved.ended == "" and [c["name"] for c in saved.calls] == ["top"]
     r, _, _, model = run(tmp_path, [GOOD], iterations=1, m=1)
     assert len(model.calls) == 1  # only the reply that was in flight is asked again
     assert model.calls[0][1].seed == 100 + 1  # with the seed of step 2
@@ -243,3 +246,9 @@ def test_a_kill_while_the_seed_is_scored_pays_nothing_twice(tmp_path):
     keys = [(r["harness"], r["question_id"]) for r in
             (json.loads(x) for x in (tmp_path / "outcomes.jsonl").read_text().splitlines() if x)]
     assert len(keys) == len(set(keys)) == 12 and archive.get("c0000").n_scored == 6
+
+
+def test_a_finished_session_leaves_no_steps_log(tmp_path):
+    run(tmp_path, ['CALL top {"k": 2}', GOOD], iterations=1, m=1)
+    assert (tmp_path / "sessions/c0100.json").exists()
+    assert not (tmp_path / "sessions/c0100.steps.jsonl").exists()

@@ -1,5 +1,6 @@
-"""Meta-Harness search: the on-disk archive, the proposer agent's read-only tools, the patience
-rule. (The search loop and `whale search` are issue 9's remaining work.)"""
+"""Meta-Harness search: the on-disk archive, the proposer agent's read-only tools, the agent,
+the patience rule, the loop (`loop.search`), the harness operator and `whale search`
+(`run.run_search`)."""
 
 from whale.search.archive import Archive, ArchiveError, CandidateMeta
 from whale.search.patience import Patience

@@ -1,27 +1,28 @@
 """The proposer agent: a tool-calling session over the archive that ends in one submission.
 
-Each step the model writes one call in the text protocol (`tools.parse_call`); read-only calls
-are answered from `ArchiveTools` (cut to a character budget), a malformed reply is answered
+Each step the model makes one call, as an OpenAI function call (`function_call`) or in the text
+protocol (`tools.parse_call`); `AgentConfig.protocol` "auto" gives the embedded llama.cpp
+models the text protocol, constrained by `call_grammar` (their server has no function-calling
+template), and any other backend function calling. Read-only calls are answered from
+`ArchiveTools` (cut to a character budget), a malformed reply is answered
 with what was wrong, and `submit` ends the session with a candidate: SEARCH/REPLACE edits
 against a named base candidate, or a whole harness in a fenced block, made into source by
 `whale.revise.edits.apply_edits` (the same Apply as the revision loop). The session has a step
 budget and a completion-token budget; past either it ends with no submission, and says so.
 Every session (messages, calls, arguments, outputs, tokens) is written as JSON: training data.
-
-Function calling for backends that support it is not wired yet: every backend gets the text
-protocol, which the embedded llama.cpp models need anyway (constrained by `call_grammar`).
+The history keeps a function call as its text form, so any server can read it back.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from whale.models import ChatModel, ModelError, Sampling
+from whale.records import write_atomic
 from whale.revise.edits import apply_edits
 from whale.revise.grammar import REPLACE_RULES, search_rules
 from whale.search.archive import ArchiveError
@@ -141,10 +142,14 @@ class Session:
     submission: Submission | None = None
 
     def save(self, path: Path) -> None:
+        """Whole or not at all. Saved after every step, so shallow and unindented: a deep copy
+        (`asdict`) and an indented dump made the search's own time 5.7% of wall, over its 5%
+        target (benchmarks/search_overhead.py)."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=1), encoding="utf-8")
-        os.replace(tmp, path)
+        record = {f.name: getattr(self, f.name) for f in fields(self)}
+        if self.submission is not None:
+            record["submission"] = asdict(self.submission)
+        write_atomic(path, json.dumps(record))
 
 
 SYSTEM = """You improve a harness: a Python program `run(question, env) -> str` that uses a \

@@ -27,10 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from whale.harness import Trajectory, harness_hash
+from whale.records import RecordError, read_json, read_jsonl, write_atomic
 
 
 class ArchiveError(ValueError):
-    pass
+    """A request the archive refuses (an unknown id, an eval question, a source that does not
+    match its hash); a record cut or edited on disk is a `whale.records.RecordError`."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,9 @@ class Archive:
     def __len__(self) -> int:
         return len(self._metas)
 
+    def __contains__(self, cid: object) -> bool:
+        return cid in self._metas
+
     def candidates(self) -> list[CandidateMeta]:
         return list(self._metas.values())
 
@@ -115,14 +120,11 @@ class Archive:
         return text
 
     def outcomes(self, cid: str) -> list[dict[str, Any]]:
-        return _read_jsonl(self.root / self.get(cid).id / "outcomes.jsonl")
+        return read_jsonl(self.root / self.get(cid).id / "outcomes.jsonl")
 
     def trajectories(self, cid: str) -> dict[str, Trajectory]:
-        rows = _read_jsonl(self.root / self.get(cid).id / "trajectories.jsonl")
+        rows = read_jsonl(self.root / self.get(cid).id / "trajectories.jsonl")
         return {r["question_id"]: Trajectory.from_dict(r) for r in rows}
-
-    def next_id(self) -> str:
-        return f"c{len(self._metas):04d}"
 
     # -- writes ------------------------------------------------------------------------------
     def add(
@@ -166,41 +168,18 @@ class Archive:
         """summary.jsonl is derived from the folders: rebuild it when a kill left it behind."""
         path = self.root / "summary.jsonl"
         try:
-            rows = _read_jsonl(path)
-        except ArchiveError:
+            rows = read_jsonl(path)
+        except RecordError:
             rows = []
         if [r.get("id") for r in rows] != list(self._metas):
-            tmp = path.with_suffix(".tmp")
-            _write_jsonl(tmp, [asdict(m) for m in self._metas.values()])
-            os.replace(tmp, path)
+            write_atomic(path, "".join(json.dumps(asdict(m)) + "\n" for m in self._metas.values()))
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise ArchiveError(f"{path}: {e}") from None
+    data = read_json(path)
     if not isinstance(data, dict):
         raise ArchiveError(f"{path}: not a JSON object")
     return data
-
-
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Lines split on b"\\n" only (a U+2028 inside an answer is not a line break)."""
-    if not path.exists():
-        return []
-    out = []
-    for i, raw in enumerate(path.read_bytes().split(b"\n"), 1):
-        if not raw.strip():
-            continue
-        try:
-            row = json.loads(raw.decode("utf-8"))
-        except ValueError as e:
-            raise ArchiveError(f"{path}:{i}: malformed line ({e})") from None
-        if not isinstance(row, dict):
-            raise ArchiveError(f"{path}:{i}: not a JSON object")
-        out.append(row)
-    return out
 
 
 def _write_jsonl(path: Path, rows: Iterable[dict[str, Any]]) -> None:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from whale.evaluate import EvalResult
 from whale.harness import Runtime, harness_hash
+from whale.records import JsonlWriter, read_jsonl
 from whale.revise.screens import AnswerEchoScreen
 from whale.revise.store import OutcomeStore
 from whale.search.agent import ProposerAgent, Session, Submission
@@ -91,7 +92,7 @@ def search(
     # Against the seed, not the base: a chain of candidates cannot launder an echo.
     screen = (AnswerEchoScreen(task, search_set, baseline=seed_source)
               if cfg.answer_echo_screen else None)  # fmt: skip
-    if SEED_ID not in {m.id for m in archive.candidates()}:
+    if SEED_ID not in archive:
         ev = store.evaluate(runtime, seed_source, task, search_set, "search", cfg.workers)
         _archive(archive, CandidateMeta(SEED_ID, None, 0, "seed", harness_hash(seed_source),
                                         True), seed_source, ev)  # fmt: skip
@@ -113,7 +114,7 @@ def search(
                 break  # checked before each candidate; one candidate may pass it by |Q_search|
             cid = f"c{j:02d}{i:02d}"
             ids.append(cid)
-            if cid in {m.id for m in archive.candidates()}:
+            if cid in archive:
                 continue
             session = _session(sessions / f"{cid}.json", agent, archive, j, i, cfg)
             calls += len(session.calls)
@@ -160,22 +161,52 @@ def brief(archive: Archive, tools: ArchiveTools, iteration: int, k: int = 5) -> 
 
 def _session(path: Path, agent: ProposerAgent, archive: Archive, j: int, i: int,
              cfg: SearchSettings) -> Session:  # fmt: skip
-    """The agent session for candidate (j, i): from disk when a resumed run already paid for
-    it, continued from its last saved step when a kill cut it short. Saved after every step."""
-    seed = cfg.seed * 100_000 + j * 100 + i
-    partial = None
+    """The agent session for candidate (j, i): from `path` when a resumed run already paid for
+    it, continued from its last logged step when a kill cut it short. Each step is appended to
+    `<cid>.steps.jsonl` as it finishes (one line: rewriting the whole session every step
+    cost the search ~1% of its wall time); the whole session goes to `path` at the end."""
     if path.exists():
         d = json.loads(path.read_text(encoding="utf-8"))
         sub = d.pop("submission", None)
-        partial = Session(**d)
-        partial.submission = Submission(**sub) if sub else None
-        if partial.ended:
-            return partial
-    s = agent.run(j, i, seed=seed, brief=brief(archive, agent.tools, j), resume=partial,
-                  on_step=lambda s: s.save(path))  # fmt: skip
-    if s.ended.startswith("model error"):  # its finished steps are saved; a resume goes on
+        done = Session(**d)
+        done.submission = Submission(**sub) if sub else None
+        return done
+    steps = path.with_suffix(".steps.jsonl")
+    partial = _replay(steps)
+    log = JsonlWriter(steps)
+    seen = {"messages": len(partial.messages) if partial else 0,
+            "calls": len(partial.calls) if partial else 0}  # fmt: skip
+
+    def on_step(s: Session) -> None:
+        log.write({
+            "iteration": s.iteration, "index": s.index, "seed": s.seed, "tokens": s.tokens,
+            "messages": s.messages[seen["messages"]:], "calls": s.calls[seen["calls"]:],
+        })  # fmt: skip
+        seen.update(messages=len(s.messages), calls=len(s.calls))
+
+    try:
+        seed = cfg.seed * 100_000 + j * 100 + i
+        s = agent.run(j, i, seed=seed, brief=brief(archive, agent.tools, j), resume=partial,
+                      on_step=on_step)  # fmt: skip
+    finally:
+        log.close()
+    if s.ended.startswith("model error"):  # its finished steps are logged; a resume goes on
         raise SearchStopped(f"the proposer failed in session {path.stem}: {s.ended}")
     s.save(path)
+    steps.unlink(missing_ok=True)
+    return s
+
+
+def _replay(steps: Path) -> Session | None:
+    """The session a steps log holds so far, or None when it holds no step."""
+    rows = read_jsonl(steps)
+    if not rows:
+        return None
+    s = Session(rows[0]["iteration"], rows[0]["index"], rows[0]["seed"])
+    for r in rows:
+        s.messages += r["messages"]
+        s.calls += r["calls"]
+        s.tokens = r["tokens"]
     return s
 
 
@@ -188,7 +219,7 @@ def _score_submission(cid: str, j: int, session: Session, task: Task,
         meta = CandidateMeta(cid, None, j, "", None, False, f"no submission ({session.ended})")
         archive.add(meta, None)
         return
-    parent = sub.base if sub.base in {m.id for m in archive.candidates()} else None
+    parent = sub.base if sub.base in archive else None
     if not sub.valid or sub.source is None:  # Apply said why (it checks the run contract)
         archive.add(CandidateMeta(cid, parent, j, sub.hypothesis, None, False, sub.reason), None)
         return

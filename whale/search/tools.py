@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from whale.records import RecordError
 from whale.search.archive import Archive, ArchiveError
 
 CACHE_FILE_BYTES = 256 * 1024
@@ -66,7 +67,7 @@ class ArchiveTools:
             return f"error: unknown tool {c.name!r}; tools: {', '.join(TOOL_NAMES)}"
         try:
             return _clip(handlers[c.name](c.args), self.budget)
-        except (ToolRefused, ArchiveError) as e:
+        except (ToolRefused, ArchiveError, RecordError) as e:  # a cut record: say so
             return f"error: {e}"
 
     # -- paths -------------------------------------------------------------------------------
