@@ -3,6 +3,10 @@
 Each request takes the next behaviour from `script` (the last one repeats): ("ok", text),
 ("tool", name, arguments) a function call,
 ("status", code, message), ("sleep", seconds, text), ("close",) which drops the connection.
+`/v1/load_lora_adapter` and `/v1/unload_lora_adapter` act like vLLM's runtime LoRA endpoints
+(200 with a text body; 400 for a name already loaded, 404 for one not loaded), keep `loras`
+(name -> path) and record each call in `lora_requests` as (endpoint, body); they take no
+script step.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ class StubServer:
         self.script = script or [("ok", "hello")]
         self.delay_s = delay_s
         self.requests: list[dict[str, Any]] = []
+        self.lora_requests: list[tuple[str, dict[str, Any]]] = []
+        self.loras: dict[str, str] = {}
         self._lock = threading.Lock()
         outer = self
 
@@ -42,6 +48,9 @@ class StubServer:
                 body = json.loads(
                     self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}"
                 )
+                if self.path.rstrip("/") in ("/v1/load_lora_adapter", "/v1/unload_lora_adapter"):
+                    self._lora(self.path.rstrip("/").rsplit("/", 1)[-1], body)
+                    return
                 with outer._lock:
                     outer.requests.append(body)
                     step = outer.script[min(len(outer.requests) - 1, len(outer.script) - 1)]
@@ -77,6 +86,30 @@ class StubServer:
                                  "message": {"role": "assistant", "content": text}}],
                     "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
                 })  # fmt: skip
+
+            def _lora(self, endpoint: str, body: dict[str, Any]) -> None:
+                name = str(body.get("lora_name"))
+                with outer._lock:
+                    outer.lora_requests.append((endpoint, body))
+                    if endpoint == "load_lora_adapter" and name in outer.loras:
+                        code, msg = 400, f"The lora adapter '{name}' has already been loaded."
+                    elif endpoint == "unload_lora_adapter" and name not in outer.loras:
+                        code, msg = 404, f"The lora adapter '{name}' cannot be found."
+                    elif endpoint == "load_lora_adapter":
+                        outer.loras[name] = str(body.get("lora_path"))
+                        code, msg = 200, f"Success: LoRA adapter '{name}' added successfully."
+                    else:
+                        del outer.loras[name]
+                        code, msg = 200, f"Success: LoRA adapter '{name}' removed successfully."
+                if code != 200:
+                    self._send(code, {"object": "error", "message": msg, "code": code})
+                    return
+                data = msg.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
 
             def _send(self, code: int, obj: dict[str, Any]) -> None:
                 data = json.dumps(obj).encode()

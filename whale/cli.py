@@ -584,7 +584,8 @@ def resume_config(
     return cfg
 
 
-from whale import cli_search  # noqa: E402, F401  - registers `whale search` on `app`
+# Registers `whale search`, `whale cotrain` and `whale rsft` on `app`.
+from whale import cli_search, cli_train  # noqa: E402, F401, I001
 
 if __name__ == "__main__":  # python -m whale.cli
     main()

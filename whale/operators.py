@@ -22,12 +22,18 @@ from whale.tasks import Task
 class OperatorBudget:
     rollouts: int | None = None  # new rollouts this call may pay for; None: no cap
     iterations: int | None = None  # search iterations or revision rounds; None: the operator's
+    # (J_min, P_h): stop early when the best training score has not improved for P_h
+    # iterations after J_min (WHALE's adaptive harness phase). The search honours it; the
+    # revision loop has no such rule and runs its rounds.
+    patience: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         for name in ("rollouts", "iterations"):
             v = getattr(self, name)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
                 raise ValueError(f"budget {name} must be a positive int or None (got {v!r})")
+        if self.patience is not None and (self.patience[0] < 0 or self.patience[1] < 1):
+            raise ValueError(f"budget patience must be (J_MIN >= 0, P_H >= 1), got {self.patience}")
 
 
 @dataclass

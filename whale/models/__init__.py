@@ -22,13 +22,16 @@ from whale.models.base import (
 from whale.models.cache import CachedModel
 from whale.models.catalog import CATALOG, DEFAULT_MODEL, UnknownModel, is_installed, model_path
 from whale.models.embedded import EmbeddedLlama
+from whale.models.hf import TransformersChat, adapter_digest
 from whale.models.openai_compat import OpenAICompatible
 
 
 @dataclass
 class ModelConfig:
-    """`name`: a catalog name (`qwen-coder-0.5b`), a path to a .gguf file, or the served model
-    name when `base_url` points at an OpenAI-compatible server. `name@URL` sets both."""
+    """`name`: a catalog name (`qwen-coder-0.5b`), a path to a .gguf file, a transformers
+    checkpoint folder (in-process generation: slow, exact, for trained weights and tests), or
+    the served model name when `base_url` points at an OpenAI-compatible server. `name@URL`
+    sets both."""
 
     name: str = DEFAULT_MODEL
     base_url: str | None = None
@@ -65,6 +68,10 @@ def build_model(cfg: ModelConfig) -> ChatModel:
             name, base_url, api_key=os.environ.get(cfg.api_key_env), retries=cfg.retries,
             timeout_s=cfg.timeout_s,
         )  # fmt: skip
+    elif (Path(name) / "config.json").is_file():  # a transformers checkpoint folder
+        from whale.models.hf import TransformersChat
+
+        model = TransformersChat(name, threads=cfg.threads)
     elif name.endswith(".gguf"):
         if not Path(name).is_file():
             raise ModelNotInstalled(f"GGUF file {name} does not exist")
@@ -96,6 +103,7 @@ def close_model(model: ChatModel | None) -> None:
 __all__ = [
     "CATALOG", "CachedModel", "ChatModel", "Completion", "ContextOverflow", "DEFAULT_MODEL",
     "EmbeddedLlama", "Message", "ModelConfig", "ModelError", "ModelNotFound", "ModelNotInstalled",
-    "ModelTimeout", "ModelUnreachable", "OpenAICompatible", "Sampling", "UnknownModel",
+    "ModelTimeout", "ModelUnreachable", "OpenAICompatible", "Sampling", "TransformersChat",
+    "UnknownModel", "adapter_digest",
     "build_model", "close_model",
 ]  # fmt: skip

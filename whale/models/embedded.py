@@ -11,11 +11,17 @@ included), `close()` and `kill_servers()` kill its process group, and servers le
 whale processes are reaped when a new one starts.
 After `close()` (or `kill_servers()`) an instance refuses calls with `ModelError`: it never
 restarts its server, and calls waiting for their turn fail within 50 ms.
+
+With `lora` (a llama.cpp LoRA adapter GGUF) the server applies the adapter to every request
+(`--lora_path`, scale 1) and the name becomes `embedded:{alias}+{digest}`, the digest being
+sha256[:12] of the adapter file's bytes, so that the response cache and the records never mix
+replies of the base and of an adapter (or of two adapters).
 """
 
 from __future__ import annotations
 
 import atexit
+import hashlib
 import os
 import signal
 import socket
@@ -48,6 +54,18 @@ def kill_servers() -> None:
         m.abort()
 
 
+def lora_digest(path: Path) -> str:
+    """sha256[:12] of a LoRA adapter file's bytes (names the served weights by content)."""
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 22), b""):
+                h.update(chunk)
+    except OSError as e:
+        raise ModelError(f"LoRA adapter {path} cannot be read: {e}") from None
+    return h.hexdigest()[:12]
+
+
 class EmbeddedLlama:
     def __init__(
         self,
@@ -57,10 +75,14 @@ class EmbeddedLlama:
         threads: int | None = None,
         ready_timeout_s: float = 180.0,
         timeout_s: float = 120.0,
+        lora: str | Path | None = None,
     ) -> None:
         self.gguf = Path(gguf)
         self.alias = alias or self.gguf.stem
+        self.lora = Path(lora) if lora is not None else None
         self.name = f"embedded:{self.alias}"
+        if self.lora is not None:
+            self.name += f"+{lora_digest(self.lora)}"
         self.n_ctx, self.threads = n_ctx, threads or int(os.environ.get("WHALE_THREADS", "2"))
         self.ready_timeout_s, self.timeout_s = ready_timeout_s, timeout_s
         self._proc: subprocess.Popen[bytes] | None = None
@@ -99,6 +121,8 @@ class EmbeddedLlama:
                 "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(self.n_ctx),
                 "--n_threads", str(self.threads), "--model_alias", self.alias,
             ]  # fmt: skip
+            if self.lora is not None:
+                cmd += ["--lora_path", str(self.lora)]
             with open(log, "wb") as f:
                 proc = serverproc.spawn(cmd, stdout=f, stderr=subprocess.STDOUT)
             self._proc = proc

@@ -122,7 +122,7 @@ def revise(
     )
     for t in range(1, cfg.rounds + 1):
         rd = RoundDir(rounds_dir or store.dir, t)
-        before = store.rollouts
+        before = store.used
         rng = random.Random(cfg.seed * 100_003 + t)
         q_fb = rng.sample(list(feedback_pool), min(cfg.feedback, len(feedback_pool)))
         fb = store.evaluate(runtime, store.harness(h), task, q_fb, "feedback", cfg.workers)
@@ -150,9 +150,9 @@ def revise(
             f"round {t}: {sum(c.valid for c in candidates)}/{len(candidates)} applicable; "
             f"{decision.why}"
         )
-        rounds.append(RoundRecord(t, parent.score, candidates, decision, store.rollouts - before))
+        rounds.append(RoundRecord(t, parent.score, candidates, decision, store.used - before))
         h = decision.kept_hash
-        if max_rollouts is not None and store.rollouts >= max_rollouts:
+        if max_rollouts is not None and store.used >= max_rollouts:
             say(f"round {t}: rollout budget {max_rollouts} spent")
             break
     return h, rounds

@@ -31,7 +31,7 @@ class ReviseOperator:
         self, task: Task, solver: Runtime, harness: str, budget: OperatorBudget
     ) -> tuple[str, OperatorRecord]:
         self.calls += 1
-        before = self.store.rollouts
+        before = self.store.used
         cfg = replace(self.settings, rounds=budget.iterations or self.settings.rounds)
         cap = None if budget.rollouts is None else before + budget.rollouts
         start = self.store.evaluate(solver, harness, task, self.score_set, "score", cfg.workers)
@@ -40,11 +40,11 @@ class ReviseOperator:
                            rounds_dir=self.root / f"phase_{self.calls:02d}")  # fmt: skip
         source = self.store.harness(h)
         end = self.store.evaluate(solver, source, task, self.score_set, "score", cfg.workers)
-        spent = cap is not None and self.store.rollouts >= cap
+        spent = cap is not None and self.store.used >= cap
         stopped = "rollout budget spent" if spent else f"{len(rounds)} rounds"
         record = OperatorRecord(
             "revise", harness_hash(harness), h, start.score, end.score,
-            self.store.rollouts - before, len(rounds), stopped,
+            self.store.used - before, len(rounds), stopped,
             {"rounds": [asdict(r.decision) for r in rounds]},
         )  # fmt: skip
         return source, record

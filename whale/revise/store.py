@@ -32,6 +32,12 @@ from whale.tasks import Question, Task
 
 Key = tuple[str, str, str]  # (fingerprint, harness hash, question id)
 
+# Tags a caller may put on every row it writes (`OutcomeStore.tags`): WHALE's schedule marks
+# each rollout with its schedule, cycle, phase, kind, step and adapter, so that one ledger
+# serves every curve (whale.schedule). Their types, checked on read.
+TAGS: dict[str, Any] = {"schedule": str, "cycle": int, "phase": str, "kind": str, "step": int,
+                        "adapter": str | None}  # fmt: skip
+
 
 class OutcomeStore:
     def __init__(self, run_dir: Path, fingerprint: str = "") -> None:
@@ -48,10 +54,30 @@ class OutcomeStore:
         self._ledger = JsonlWriter(path)
         self.new_rollouts = 0
         self._trajs: dict[str, dict[str, Trajectory]] = {}
+        self.tags: dict[str, Any] = {}
+        self._used: set[Key] = set()
+
+    def rebind(self, fingerprint: str, **tags: Any) -> None:
+        """Key later rollouts by another fingerprint (WHALE: the solver's weights changed) and
+        tag their rows with `tags` (names and types of `TAGS`)."""
+        bad = [k for k in tags if k not in TAGS or not _fits(tags[k], TAGS[k])]
+        if bad:
+            raise ValueError(f"not a ledger tag (or of the wrong type): {bad}")
+        if fingerprint != self.fingerprint:
+            self._trajs.clear()  # cached by harness under the old fingerprint
+        self.fingerprint, self.tags = fingerprint, dict(tags)
 
     @property
     def rollouts(self) -> int:
+        """Rollouts in the ledger (every one ever paid for in this run directory)."""
         return len(self._outcomes)
+
+    @property
+    def used(self) -> int:
+        """Distinct rollouts this process asked for, paid now or answered from the ledger.
+        Budgets count this: a resumed run replays its requests in order, so it takes the
+        decisions the killed one took, while `rollouts` already holds the killed run's future."""
+        return len(self._used)
 
     def _harness_path(self, h: str) -> Path:
         return self.dir / "harnesses" / f"{h}.py"
@@ -112,9 +138,11 @@ class OutcomeStore:
         """Outcomes of `source` on `questions`, running only the pairs not yet in the store."""
         h = self.save_harness(source)
         fp = self.fingerprint
+        self._used.update((fp, h, q.id) for q in questions)
         missing = [q for q in questions if (fp, h, q.id) not in self._outcomes]
         traj_path = self.dir / "trajectories" / f"{h}.jsonl"
         known = self.trajectories(h)
+        tags = dict(self.tags)
         if missing:
             traj_f = JsonlWriter(traj_path)
 
@@ -122,7 +150,8 @@ class OutcomeStore:
                 # trajectory first: an outcome implies its trajectory
                 traj_f.write({"fingerprint": fp, **t.to_dict()})
                 known[o.question_id] = t
-                self._ledger.write({"fingerprint": fp, "harness": h, "split": split, **asdict(o)})
+                self._ledger.write({"fingerprint": fp, "harness": h, "split": split, **tags,
+                                    **asdict(o)})  # fmt: skip
                 self._outcomes[(fp, h, o.question_id)] = o
                 self.new_rollouts += 1
                 if on_done is not None:
@@ -159,11 +188,12 @@ def ledger_row(row: dict[str, Any], where: str) -> tuple[Key, Outcome]:
             "whose resume accepted config changes, so what produced it is unknown); start a new "
             "run directory"
         )
-    extra = sorted(set(row) - set(_OUTCOME_HINTS) - {"fingerprint", "harness", "split"})
+    extra = sorted(set(row) - set(_OUTCOME_HINTS) - set(TAGS) - {"fingerprint", "harness", "split"})
     missing = sorted((_REQUIRED | {"harness"}) - set(row))
     if extra or missing:
         raise RecordError(f"{where}: not a ledger row (missing {missing}, unknown {extra})")
-    for name, hint in (("fingerprint", str), ("harness", str), ("split", str | None)):
+    tags = [(k, TAGS[k]) for k in TAGS if k in row]
+    for name, hint in (("fingerprint", str), ("harness", str), ("split", str | None), *tags):
         if not _fits(row.get(name), hint):
             raise RecordError(f"{where}: {name} is {row.get(name)!r}, not a {hint}")
     values = {k: v for k, v in row.items() if k in _OUTCOME_HINTS}

@@ -87,8 +87,11 @@ def search(
     archive: Archive,
     cfg: SearchSettings,
     say: Callable[[str], None] = lambda s: None,
+    sessions: Path | None = None,
 ) -> SearchResult:
-    sessions = store.dir / "sessions"
+    """`sessions`: where the proposer's sessions are logged (default `<store>/sessions`; one
+    folder per archive when several searches share a store, as WHALE's harness phases do)."""
+    sessions = sessions or store.dir / "sessions"
     # Against the seed, not the base: a chain of candidates cannot launder an echo.
     screen = (AnswerEchoScreen(task, search_set, baseline=seed_source)
               if cfg.answer_echo_screen else None)  # fmt: skip
@@ -108,9 +111,9 @@ def search(
     best_after: list[float] = []
     stopped = f"{cfg.iterations} iterations"
     for j in range(1, cfg.iterations + 1):
-        before, calls, ids = store.rollouts, 0, []
+        before, calls, ids = store.used, 0, []
         for i in range(cfg.m):
-            if cfg.max_rollouts is not None and store.rollouts >= cfg.max_rollouts:
+            if cfg.max_rollouts is not None and store.used >= cfg.max_rollouts:
                 break  # checked before each candidate; one candidate may pass it by |Q_search|
             cid = f"c{j:02d}{i:02d}"
             ids.append(cid)
@@ -127,12 +130,12 @@ def search(
         best_after.append(best.score or 0.0)
         valid = sum(archive.get(c).valid for c in ids)
         records.append(IterationRecord(j, ids, valid, calls, best.id, best.score or 0.0,
-                                       store.rollouts - before))  # fmt: skip
+                                       store.used - before))  # fmt: skip
         say(f"iteration {j}: {valid}/{len(ids)} valid; best {best.id} ({best.score:.3f})")
         if cfg.patience is not None and cfg.patience.should_stop(best_after, seed.score or 0.0):
             stopped = f"patience: no new best for {cfg.patience.p_h} iterations (after {j})"
             break
-        if cfg.max_rollouts is not None and store.rollouts >= cfg.max_rollouts:
+        if cfg.max_rollouts is not None and store.used >= cfg.max_rollouts:
             stopped = f"rollout budget {cfg.max_rollouts} spent (after iteration {j})"
             break
     accepted = archive.best() or seed

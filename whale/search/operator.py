@@ -13,6 +13,7 @@ from whale.revise.store import OutcomeStore
 from whale.search.agent import AgentConfig, ProposerAgent
 from whale.search.archive import Archive
 from whale.search.loop import SearchSettings, search
+from whale.search.patience import Patience
 from whale.search.tools import ArchiveTools
 from whale.tasks import Question, Task
 
@@ -37,16 +38,18 @@ class SearchOperator:
         agent = ProposerAgent(self.proposer, ArchiveTools(archive, task.description),
                               self.agent_cfg,
                               retrieval=getattr(task, "retriever", None) is not None)  # fmt: skip
-        before = self.store.rollouts
+        before = self.store.used
         cfg = replace(
             self.settings,
             iterations=budget.iterations or self.settings.iterations,
             max_rollouts=None if budget.rollouts is None else before + budget.rollouts,
+            patience=Patience(*budget.patience) if budget.patience else self.settings.patience,
         )
-        r = search(task, harness, self.search_set, solver, agent, self.store, archive, cfg)
+        r = search(task, harness, self.search_set, solver, agent, self.store, archive, cfg,
+                   sessions=archive.root.with_name(f"{archive.root.name}-sessions"))
         source = archive.source(r.accepted_id)
         record = OperatorRecord("search", r.seed_hash, r.accepted_hash, r.seed_score,
-                                r.accepted_score, self.store.rollouts - before,
+                                r.accepted_score, self.store.used - before,
                                 len(r.iterations), r.stopped,
                                 {"archive": str(archive.root),
                                  "iterations": [asdict(i) for i in r.iterations]})  # fmt: skip

@@ -1,0 +1,249 @@
+"""WHALE's schedule: phase order per schedule, and a real weight phase + harness phase on a tiny
+random-weight model (real runtime, real LoRA training, adapters served in process): the new
+adapter is what the next rollouts use, patience stops, and a kill + resume counts every
+rollout once."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.fakes import ScriptedModel
+from tests.tiny import make_tiny_model
+from whale.analysis.curves import count_rollouts, curve_rows
+from whale.harness import RuntimeConfig
+from whale.records import read_jsonl
+from whale.revise.loop import LoopSettings
+from whale.revise.operator import ReviseOperator
+from whale.revise.proposer import Proposer, ProposerConfig
+from whale.revise.store import OutcomeStore
+from whale.schedule import Cotrain, ScheduleSettings, phases
+from whale.tasks import Grade, Question
+from whale.train.rsft import RsftSettings, Solver, WeightPhase, trainer_factory
+from whale.train.sft import LoraSettings, SFTSettings
+
+
+def kinds(kind, **kw):
+    return [(p.kind, p.cycle, p.adaptive) for p in phases(ScheduleSettings(kind, **kw))]
+
+
+def test_fixed_alternates_weight_then_harness_each_cycle():
+    assert kinds("fixed", cycles=2) == [("weight", 1, False), ("harness", 1, False),
+                                        ("weight", 2, False), ("harness", 2, False)]
+
+
+def test_adaptive_alternates_with_patience():
+    assert kinds("adaptive", cycles=1) == [("weight", 1, True), ("harness", 1, True)]
+
+
+def test_baselines_have_one_kind_of_phase():
+    assert {k for k, _, _ in kinds("weight-only", cycles=3)} == {"weight"}
+    assert {k for k, _, _ in kinds("harness-only", cycles=3)} == {"harness"}
+
+
+def test_stagewise_spends_all_weight_phases_first():
+    assert [k for k, _, _ in kinds("stagewise", cycles=2)] == ["weight"] * 2 + ["harness"] * 2
+
+
+def test_unknown_schedule_is_refused():
+    with pytest.raises(ValueError, match="unknown schedule"):
+        ScheduleSettings("alternating")
+
+
+# --- a real run on the tiny model ---------------------------------------------------------------
+
+
+class EvenTask:
+    """The verifier accepts answers of even length: the tiny random model is right about half
+    the time, so S+ is never empty and the reward moves when the weights do."""
+
+    name = "test:even"
+    description = "Reply with a short word."
+
+    def __init__(self, n=24):
+        self._qs = [Question(id=f"e{i}", prompt=f"Say a word about number {i}.", reference=None)
+                    for i in range(n)]
+
+    def questions(self):
+        return list(self._qs)
+
+    def grade(self, q, answer):
+        ok = len(answer) > 0 and len(answer) % 2 == 0
+        return Grade(1.0 if ok else 0.0, ok)
+
+
+SEED = ("def run(question, env):\n"
+        "    reply = env.llm([{'role': 'user', 'content': question}], max_tokens=6)\n"
+        "    return reply.text\n")
+EDIT = ("Shorter replies.\n<<<<<<< SEARCH\n"
+        "    reply = env.llm([{'role': 'user', 'content': question}], max_tokens=6)\n=======\n"
+        "    reply = env.llm([{'role': 'user', 'content': question}], max_tokens=5)\n"
+        ">>>>>>> REPLACE\n")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    return make_tiny_model(tmp_path_factory.mktemp("tiny"))
+
+
+def settings(**kw) -> RsftSettings:
+    return RsftSettings(g=2, step_epochs=0.25, temperature=1.0, lora=LoraSettings(r=4, alpha=8),
+                        sft=SFTSettings(lr=3e-2, batch_size=4, max_len=256, threads=1), **kw)
+
+
+def build(root: Path, tiny: Path, kind: str, rollouts: int, cycles: int = 2):
+    from transformers import AutoTokenizer
+
+    from whale.train.serving import InProcessServing
+
+    task = EvenTask()
+    qs = task.questions()
+    pool, held = qs[:8], qs[16:22]
+    store = OutcomeStore(root, "fp-test")
+    serving = InProcessServing(tiny, alias="tiny", threads=1)
+    solver = Solver(serving, "fp-test", RuntimeConfig(sandbox="auto", warm=0))
+    rs = settings()
+    weights = WeightPhase(root / "weight", task, pool, store, solver, rs,
+                          trainer_factory(tiny, rs, 0), lambda: AutoTokenizer.from_pretrained(tiny),
+                          seed=0, workers=2)
+    proposer = Proposer(ScriptedModel([EDIT]), ProposerConfig(grammar="off"))
+    op = ReviseOperator(root / "harness", pool, pool[:4], store, proposer,
+                        LoopSettings(rounds=1, g=1, workers=2, feedback=2))
+    s = ScheduleSettings(kind, rollouts=rollouts, weight_epochs=0.25, harness_iters=1,
+                         cycles=cycles)
+    run = Cotrain(root, kind, s, task, SEED, held, store, solver, weights, op, workers=2)
+    return run, store, weights, serving
+
+
+def close(run, store, weights, serving):
+    run.close()
+    weights.close()
+    store.close()
+    serving.close()
+
+
+@pytest.mark.slow
+def test_a_weight_step_trains_on_accepted_runs_and_serves_the_new_adapter(tmp_path, tiny):
+    run, store, weights, serving = build(tmp_path / "adaptive", tiny, "weight-only", 100)
+    try:
+        tags = {"schedule": "weight-only", "cycle": 1, "phase": "weight",
+                "kind": "weight_sample", "step": 0, "adapter": None}
+        rec = weights.step(SEED, 0, 0, None, tags)
+        assert rec.samples == 2 * 2 and rec.accepted >= 1  # 2 prompts (0.25 of 8), G = 2
+        assert rec.trained and rec.examples == rec.accepted  # one model call per run
+        assert run.solver.adapter == Path(rec.adapter_path) and rec.adapter == run.solver.digest
+        msgs = [{"role": "user", "content": "Say a word about number 3."}]
+        from whale.models import Sampling
+        from whale.models.hf import TransformersChat
+
+        # Same seed, same sampling: a different reply means other weights (the random base's
+        # greedy reply is a run of newlines that a small step does not move).
+        sampling = Sampling(max_tokens=12, temperature=1.0, seed=5)
+        base = TransformersChat(tiny, threads=1).chat(msgs, sampling)
+        new = run.solver.model().chat(msgs, sampling)
+        assert new.token_ids != base.token_ids  # the served weights are the trained ones
+        assert run.solver.model().chat(msgs, sampling).token_ids == new.token_ids
+        rec2 = weights.step(SEED, 1, rec.prompts, None, {**tags, "step": 1,
+                                                          "adapter": rec.adapter})
+        rows = read_jsonl(tmp_path / "adaptive" / "outcomes.jsonl")
+        assert {r["fingerprint"] for r in rows if r["step"] == 1} == {f"fp-test+{rec.adapter}"}
+        assert rec2.adapter_before == rec.adapter
+    finally:
+        close(run, store, weights, serving)
+
+
+@pytest.mark.slow
+def test_a_killed_cotrain_resumes_counting_every_rollout_once(tmp_path, tiny):
+    # The reference: the same run, never interrupted.
+    ref = build(tmp_path / "ref" / "fixed", tiny, "fixed", rollouts=40, cycles=10)
+    try:
+        want = ref[0].run()
+    finally:
+        close(*ref)
+    # The same run, interrupted (Ctrl-C) as its 13th rollout is recorded, then resumed.
+    first = build(tmp_path / "run" / "fixed", tiny, "fixed", rollouts=40, cycles=10)
+    writer = first[1]._ledger
+    real_write, n = writer.write, [0]
+
+    def write(row):
+        n[0] += 1
+        if n[0] == 13:
+            raise KeyboardInterrupt
+        real_write(row)
+
+    writer.write = write
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            first[0].run()
+    finally:
+        close(*first)
+    again = build(tmp_path / "run" / "fixed", tiny, "fixed", rollouts=40, cycles=10)
+    try:
+        got = again[0].run()
+    finally:
+        close(*again)
+    rows = read_jsonl(tmp_path / "run" / "fixed" / "outcomes.jsonl")
+    keys = Counter((r["fingerprint"], r["harness"], r["question_id"]) for r in rows)
+    assert max(keys.values()) == 1  # no rollout paid twice
+    ref_rows = read_jsonl(tmp_path / "ref" / "fixed" / "outcomes.jsonl")
+    assert len(rows) == len(ref_rows)
+    assert got["training_rollouts"] == want["training_rollouts"] >= 40  # the budget stopped it
+    assert got["stopped"] == want["stopped"] == "rollout budget 40 spent"
+    assert count_rollouts(tmp_path / "run" / "fixed")["training"] == got["training_rollouts"]
+    # Every read says how many training rollouts preceded it, as the ledger counts them.
+    assert [r["training_rollouts"] for r in curve_rows(tmp_path / "run") if r["schedule"] == "fixed"] \
+        == [r["training_rollouts"] for r in want["reads"]]
+
+
+@pytest.mark.slow
+def test_adaptive_weight_phase_stops_by_patience_not_by_eval(tmp_path, tiny):
+    run, store, weights, serving = build(tmp_path / "adaptive", tiny, "adaptive", 200, cycles=1)
+    try:
+        run.operator = None  # weight phase only: call it directly
+        from whale.schedule import Phase
+
+        rec = run.weight_phase(SEED, Phase("weight", 1, True))
+        steps = rec.detail["steps"]
+        rewards = [s["reward"] for s in steps]
+        # It stopped at the first step that set no new best after T_min (0.2 epoch = 1 step
+        # of 0.25), or at the cap of 2 epochs (8 steps).
+        if len(steps) < 8:
+            assert "patience" in rec.stopped
+            assert rewards[-1] <= max(rewards[:-1])
+            assert all(b > a for a, b in zip(rewards[:-2], rewards[1:-1], strict=False))
+        else:
+            assert "cap" in rec.stopped
+    finally:
+        close(run, store, weights, serving)
+
+
+class CountingServing:
+    """Counts serve() calls; serving is slow, so that racing first calls overlap."""
+
+    def __init__(self):
+        self.served = 0
+
+    def serve(self, adapter):
+        import time
+
+        self.served += 1
+        time.sleep(0.2)
+        return ScriptedModel(["Answer: 1"])
+
+    def close(self):
+        pass
+
+
+def test_concurrent_first_calls_serve_the_weights_once():
+    import threading
+
+    serving = CountingServing()
+    solver = Solver(serving, "fp", RuntimeConfig(sandbox="auto", warm=0))
+    threads = [threading.Thread(target=solver.model) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert serving.served == 1  # a second serve() would close the first one's server

@@ -1,0 +1,1 @@
+"""Analysis of runs: curves of eval accuracy against training rollouts, capability metrics."""

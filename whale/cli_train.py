@@ -1,0 +1,202 @@
+"""`whale cotrain` (WHALE's schedules) and `whale rsft` (a weight phase alone), registered on
+`whale.cli.app`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.markup import escape
+
+from whale import config as cfgmod
+from whale import interrupts
+from whale.cli import (
+    app,
+    check_out,
+    err,
+    fail,
+    hold_run_dir,
+    load_config,
+    new_run_dir,
+    out,
+    resolve,
+)
+from whale.cotrain import CotrainConfig, cotrain_splits, needs_proposer, run_cotrain
+from whale.evaluate import EvalConfig
+from whale.models import ModelError, UnknownModel, build_model
+from whale.records import RecordError
+from whale.search.loop import SearchStopped
+
+
+def _run(cfg: CotrainConfig, run_dir: Path | None, unsafe: bool, kind: str,
+         as_json: bool) -> None:  # fmt: skip
+    from whale.harness.contract import run_contract_fault
+    from whale.tasks import SplitOverlap
+
+    ecfg = EvalConfig(task=cfg.task, harness=cfg.harness, model=cfg.solver, runtime=cfg.runtime,
+                      n=cfg.train + cfg.eval)  # fmt: skip
+    ecfg.model.cache = False  # resolve() only checks the solver; cotrain serves it itself
+    task_obj, source, _ = resolve(ecfg, unsafe)
+    fault = run_contract_fault(source)
+    if fault is not None:
+        fail(f"--harness {cfg.harness}: the seed harness {fault}")
+    try:
+        cotrain_splits(task_obj, cfg)
+    except (SplitOverlap, ValueError) as e:
+        fail(str(e))
+    proposer = None
+    if needs_proposer(cfg):
+        try:
+            proposer = build_model(cfg.proposer)
+        except (UnknownModel, ModelError) as e:
+            fail(f"proposer: {e}")
+    if run_dir is None:
+        run_dir = new_run_dir(cfg.out, kind, f"{cfg.task.id}-{Path(cfg.harness).stem}")
+    say = lambda s: err.print(f"[cyan]{escape(s)}[/cyan]")  # noqa: E731
+    restore = interrupts.install()
+    try:
+        meta = run_cotrain(cfg, run_dir, task_obj, source, proposer, say)
+    except (RecordError, ModelError) as e:
+        fail(str(e))
+    except SearchStopped as e:
+        err.print(f"[red]stopped:[/red] {escape(str(e))}; `whale {kind} --resume {run_dir}` "
+                  "continues once it is fixed", soft_wrap=True)  # fmt: skip
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        kept = sum(interrupts.recorded(p) for p in run_dir.glob("*/outcomes.jsonl"))
+        interrupts.stopped(f"{kept} rollouts recorded; `whale {kind} --resume {run_dir}` "
+                           "continues")  # fmt: skip
+    finally:
+        restore()
+    if as_json:
+        print(json.dumps({k: v for k, v in meta.items() if k != "table"}, default=str))
+    else:
+        out.print(meta["table"])
+        out.print(f"curves: {meta['curves']}  plot: {meta['plot']}")
+
+
+def _resume_config(resume: Path, given: dict[str, Any], changes: dict[str, Any],
+                   set_: list[str]) -> CotrainConfig:  # fmt: skip
+    named = [k for k, v in given.items() if v is not None]
+    if named:
+        fail(f"--resume {resume}: {', '.join(named)} cannot be given with --resume")
+    if not (resume / "config.toml").is_file():
+        fail(f"--resume {resume}: no config.toml there")
+    hold_run_dir(resume)
+    base = cfgmod.to_dict(load_config(CotrainConfig, resume / "config.toml", [], {}))
+    base.update({k: v for k, v in changes.items() if v is not None})
+    cfg: CotrainConfig = load_config(CotrainConfig, None, set_, base)
+    return cfg
+
+
+_SCHEDULE_HELP = "comma-separated: adaptive, fixed, weight-only, harness-only, stagewise"
+
+
+@app.command("cotrain")
+def cotrain_cmd(
+    task: str = typer.Option(None, "--task", help="task id, e.g. rg:basic_arithmetic"),
+    harness: str = typer.Option(None, "--harness", help="seed harness name or path"),
+    solver: str = typer.Option(None, "--solver", help="solver model (catalog, .gguf, NAME@URL)"),
+    proposer: str = typer.Option(None, "--proposer", help="harness phase's proposer model"),
+    schedule: str = typer.Option(None, "--schedule", help=_SCHEDULE_HELP),
+    rollouts: int = typer.Option(None, "--rollouts", help="training rollouts per schedule"),
+    weight_epochs: float = typer.Option(None, "--weight-epochs", help="E (fixed, stagewise)"),
+    harness_iters: int = typer.Option(None, "--harness-iters", help="I (fixed, stagewise)"),
+    cycles: int = typer.Option(None, "--cycles", help="N: most cycles of any schedule"),
+    g: int = typer.Option(None, "--g", help="weight phase: trajectories per prompt"),
+    m: int = typer.Option(None, "--m", help="harness phase: candidates per iteration"),
+    patience: str = typer.Option(None, "--patience", help="J_MIN,P_H of adaptive harness phases"),
+    train: int = typer.Option(None, "--train", help="training prompt pool"),
+    search: int = typer.Option(None, "--search", help="first N of the pool score harnesses"),
+    n_eval: int = typer.Option(None, "--eval", help="held-out questions, read at boundaries"),
+    serving: str = typer.Option(None, "--serving", help="embedded | hf | vllm"),
+    operator: str = typer.Option(None, "--operator", help="search | revise"),
+    workers: int = typer.Option(None, "--workers"),
+    seed: int = typer.Option(None, "--seed"),
+    out_dir: str = typer.Option(None, "--out", help="run directory (default runs/cotrain-...)"),
+    resume: Path = typer.Option(None, "--resume", help="continue the run in this directory"),
+    config: Path = typer.Option(None, "--config", help="TOML config file"),
+    set_: list[str] = typer.Option([], "--set", help="dotted override, e.g. rsft.sft.lr=5e-5"),
+    unsafe: bool = typer.Option(
+        False, "--unsafe-no-sandbox", help="run harnesses WITHOUT isolation"
+    ),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON summary"),
+) -> None:
+    """WHALE: alternate weight phases (rejection-sampling SFT of the solver) and harness
+    phases (Meta-Harness search), switched by fixed budgets or patience rules, against
+    weight-only, harness-only and stagewise baselines at the same rollout budget; the eval
+    split is read at every phase boundary (curves only). Writes curves.csv and curves.png."""
+    pat = None
+    if patience is not None:
+        try:
+            pat = [int(x) for x in patience.split(",")]
+        except ValueError:
+            fail(f"--patience {patience!r}: want J_MIN,P_H, e.g. 6,2")
+    scheds = [s.strip() for s in schedule.split(",")] if schedule is not None else None
+    if resume is not None:
+        given = {"--task": task, "--harness": harness, "--solver": solver, "--g": g, "--m": m,
+                 "--proposer": proposer, "--train": train, "--search": search,
+                 "--eval": n_eval, "--seed": seed, "--out": out_dir, "--config": config,
+                 "--rollouts": rollouts, "--weight-epochs": weight_epochs,
+                 "--harness-iters": harness_iters, "--cycles": cycles, "--patience": pat,
+                 "--serving": serving, "--operator": operator}  # fmt: skip
+        cfg = _resume_config(resume, given, {"workers": workers, "schedules": scheds}, set_)
+        _run(cfg, resume, unsafe, "cotrain", as_json)
+        return
+    flags = {"task.id": task, "harness": harness, "solver.name": solver,
+             "proposer.name": proposer, "schedules": scheds, "rollouts": rollouts,
+             "weight_epochs": weight_epochs, "harness_iters": harness_iters, "cycles": cycles,
+             "rsft.g": g, "m": m, "patience": pat, "train": train, "search": search,
+             "eval": n_eval, "serving": serving, "operator": operator, "workers": workers,
+             "seed": seed, "out": out_dir}  # fmt: skip
+    cfg = load_config(CotrainConfig, config, set_, flags)
+    check_out(cfg.out)
+    _run(cfg, None, unsafe, "cotrain", as_json)
+
+
+@app.command("rsft")
+def rsft_cmd(
+    task: str = typer.Option(None, "--task", help="task id, e.g. rg:basic_arithmetic"),
+    harness: str = typer.Option(None, "--harness", help="the frozen harness (name or path)"),
+    solver: str = typer.Option(None, "--solver", help="solver model (catalog, .gguf, NAME@URL)"),
+    epochs: float = typer.Option(None, "--epochs", help="epochs of the prompt pool"),
+    rollouts: int = typer.Option(None, "--rollouts", help="most weight-phase samples"),
+    g: int = typer.Option(None, "--g", help="trajectories per prompt"),
+    train: int = typer.Option(None, "--train", help="training prompt pool"),
+    n_eval: int = typer.Option(None, "--eval", help="held-out questions, read before and after"),
+    serving: str = typer.Option(None, "--serving", help="embedded | hf | vllm"),
+    workers: int = typer.Option(None, "--workers"),
+    seed: int = typer.Option(None, "--seed"),
+    out_dir: str = typer.Option(None, "--out", help="run directory (default runs/rsft-...)"),
+    resume: Path = typer.Option(None, "--resume", help="continue the run in this directory"),
+    config: Path = typer.Option(None, "--config", help="TOML config file"),
+    set_: list[str] = typer.Option([], "--set", help="dotted override, e.g. rsft.lora.r=16"),
+    unsafe: bool = typer.Option(
+        False, "--unsafe-no-sandbox", help="run harnesses WITHOUT isolation"
+    ),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON summary"),
+) -> None:
+    """The weight phase alone: rejection-sampling SFT of the solver under a frozen harness
+    (G samples per prompt, verifier-accepted ones trained on, LoRA, steps of 0.2 epoch), the
+    eval split read before and after. (`whale cotrain --schedule weight-only`, one cycle.)"""
+    if resume is not None:
+        given = {"--task": task, "--harness": harness, "--solver": solver, "--g": g,
+                 "--train": train, "--eval": n_eval, "--seed": seed, "--out": out_dir,
+                 "--config": config, "--epochs": epochs, "--rollouts": rollouts,
+                 "--serving": serving}  # fmt: skip
+        cfg = _resume_config(resume, given, {"workers": workers}, set_)
+        _run(cfg, resume, unsafe, "rsft", as_json)
+        return
+    flags = {"task.id": task, "harness": harness, "solver.name": solver,
+             "schedules": ["weight-only"], "cycles": 1,
+             "weight_epochs": epochs if epochs is not None or config else 1.0,
+             "rollouts": rollouts if rollouts is not None else 10**9, "rsft.g": g,
+             "train": train, "search": 1, "eval": n_eval, "serving": serving,
+             "workers": workers, "seed": seed, "out": out_dir}  # fmt: skip
+    cfg = load_config(CotrainConfig, config, set_, flags)
+    if cfg.schedules != ["weight-only"]:
+        fail("rsft runs the weight phase only (schedules = ['weight-only']): use whale cotrain")
+    check_out(cfg.out)
+    _run(cfg, None, unsafe, "rsft", as_json)

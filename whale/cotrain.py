@@ -1,0 +1,249 @@
+"""`whale cotrain` and `whale rsft` as library calls: config, splits, one run per schedule.
+
+Splits: a training prompt pool (`train`) and a held-out eval split (`eval`), disjoint. The
+weight phase samples the whole pool; the harness phase scores candidates on its first
+`search` questions (training data too: WHALE's harness phase climbs the archive's best
+*training* score). The eval split is read at every phase boundary, for the curves only.
+
+Layout of the run directory: `config.toml`, then one folder per schedule (`adaptive/`,
+`harness-only/`, ...), each with its ledger (`outcomes.jsonl` + `trajectories/` +
+`harnesses/`), `reads.jsonl`, `phases.jsonl`, `weight/` (steps.jsonl and adapters/step_NNNN/),
+`harness/` (one archive per harness phase) and `summary.json`; at the top `curves.csv`,
+`phases.csv`, `curves.png` and `summary.md`. All schedules share the splits and the rollout
+budget, so they are compared at the same cost.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+from whale import config as cfgmod
+from whale.config import above, at_least, one_of, part
+from whale.harness import RuntimeConfig
+from whale.models import ChatModel, ModelConfig, close_model
+from whale.records import RecordError, RunLock, write_atomic
+from whale.revise.run import changed_fields, check_seed, outcome_fingerprint
+from whale.revise.store import OutcomeStore
+from whale.schedule import SCHEDULES, Cotrain, ScheduleSettings
+from whale.search.agent import AgentConfig
+from whale.tasks import Question, Task, TaskConfig, check_disjoint, split
+from whale.train.rsft import RsftSettings, Solver, WeightPhase, trainer_factory
+
+SERVING = ("embedded", "hf", "vllm")
+
+
+@dataclass
+class CotrainConfig:
+    task: TaskConfig = field(default_factory=lambda: TaskConfig(id="rg:basic_arithmetic"))
+    harness: str = "single_call"
+    solver: ModelConfig = field(default_factory=ModelConfig)
+    proposer: ModelConfig = field(
+        default_factory=lambda: ModelConfig(name="qwen-coder-1.5b", timeout_s=600.0)
+    )
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
+    rsft: RsftSettings = field(default_factory=RsftSettings)
+    # How trained weights are served: "embedded" (llama.cpp on the GGUF + the adapter as a
+    # LoRA GGUF), "hf" (transformers + PEFT in process), "vllm" (solver NAME@URL; adapters
+    # loaded at run time, the adapter folders must be readable by the server).
+    serving: str = "embedded"
+    # The transformers checkpoint trained (default: made once from the solver's GGUF; with
+    # serving "hf", the solver name may be the checkpoint folder itself).
+    checkpoint: str | None = None
+    # The harness operator: "search" (Meta-Harness, the paper's) or "revise" (Harness
+    # Learning's revision loop: rounds = harness_iters, G = m, feedback from the pool).
+    operator: str = "search"
+    schedules: list[str] = field(default_factory=lambda: ["adaptive"])
+    rollouts: int = 300  # training rollouts per schedule
+    weight_epochs: float = 0.2  # E
+    harness_iters: int = 6  # I
+    cycles: int = 3  # N (every schedule also stops when `rollouts` are spent)
+    patience: list[int] = field(default_factory=lambda: [6, 2])  # J_min, P_h (adaptive)
+    max_weight_epochs: float = 2.0
+    max_harness_iters: int = 20
+    m: int = 2  # candidates per search iteration
+    train: int = 50
+    search: int = 20
+    eval: int = 50
+    workers: int = 2
+    seed: int = 0
+    out: str | None = None
+
+    def validate(self) -> None:
+        at_least(self, 1, "rollouts", "harness_iters", "cycles", "max_harness_iters", "m",
+                 "train", "search", "eval", "workers")  # fmt: skip
+        above(self, 0.0, "weight_epochs", "max_weight_epochs")
+        one_of(self, "serving", SERVING)
+        one_of(self, "operator", ("search", "revise"))
+        bad = [s for s in self.schedules if s not in SCHEDULES]
+        if bad or not self.schedules or len(set(self.schedules)) != len(self.schedules):
+            raise cfgmod.ConfigError(f"schedules: want distinct names of {', '.join(SCHEDULES)}; "
+                                     f"got {self.schedules}")  # fmt: skip
+        if self.search > self.train:
+            raise cfgmod.ConfigError(f"search ({self.search}) must be at most train "
+                                     f"({self.train}): it is the pool's first questions")
+        if len(self.patience) != 2 or self.patience[0] < 0 or self.patience[1] < 1:
+            raise cfgmod.ConfigError(f"patience must be [J_MIN, P_H], got {self.patience}")
+        with part("rsft"):
+            self.rsft.validate()
+
+    def settings(self, kind: str) -> ScheduleSettings:
+        return ScheduleSettings(kind, self.rollouts, self.weight_epochs, self.harness_iters,
+                                self.cycles, (self.patience[0], self.patience[1]),
+                                self.max_weight_epochs, self.max_harness_iters)  # fmt: skip
+
+
+# What a resumed cotrain may change: nothing any recorded outcome, step or session depends on.
+RESUMABLE = {"workers", "out", "runtime.warm", "proposer.timeout_s", "schedules"}
+
+
+def cotrain_splits(task: Task, cfg: CotrainConfig) -> tuple[list[Question], list[Question]]:
+    parts = split(task.questions(), {"train": cfg.train, "eval": cfg.eval},
+                  random.Random(cfg.seed))  # fmt: skip
+    check_disjoint(parts)
+    return parts["train"], parts["eval"]
+
+
+def needs_proposer(cfg: CotrainConfig) -> bool:
+    return any(s != "weight-only" for s in cfg.schedules)
+
+
+def check_resume(saved: CotrainConfig, requested: CotrainConfig, run_dir: Path) -> None:
+    bad = [c for c in changed_fields(asdict(saved), asdict(requested)) if c[0] not in RESUMABLE]
+    if bad:
+        name, old, new = bad[0]
+        raise cfgmod.ConfigError(
+            f"--resume {run_dir}: {name} was {old!r} when the run started, now {new!r}: it "
+            f"defines the experiment (these may change: {', '.join(sorted(RESUMABLE))})"
+        )
+
+
+def make_serving(cfg: CotrainConfig) -> tuple[Any, Path]:
+    """The serving of trained weights and the checkpoint trained, per `cfg.serving`."""
+    import whale.train.serving as sv
+    from whale.train.checkpoint import resolve_gguf, trainable_checkpoint
+
+    s = cfg.solver
+    if cfg.serving == "hf":
+        ckpt = Path(cfg.checkpoint or s.name)
+        if not (ckpt / "config.json").is_file():
+            raise RecordError(f"serving 'hf': {ckpt} is not a transformers checkpoint folder")
+        return sv.InProcessServing(ckpt, alias=ckpt.name, threads=s.threads), ckpt
+    if cfg.serving == "vllm":
+        name, url = (s.name.split("@", 1) + [s.base_url or ""])[:2] if "@" in s.name else (
+            s.name, s.base_url or "")  # fmt: skip
+        if not url or not cfg.checkpoint:
+            raise RecordError("serving 'vllm' needs the solver as NAME@URL and `checkpoint` "
+                              "(the base model's transformers folder, to train)")
+        return sv.VLLMServing(url, name), Path(cfg.checkpoint)
+    alias, gguf = resolve_gguf(s.name)
+    ckpt = Path(cfg.checkpoint) if cfg.checkpoint else trainable_checkpoint(s.name)
+    return sv.EmbeddedServing(gguf, alias, n_ctx=s.n_ctx, threads=s.threads,
+                              timeout_s=s.timeout_s), ckpt  # fmt: skip
+
+
+def run_cotrain(
+    cfg: CotrainConfig,
+    run_dir: Path,
+    task: Task,
+    source: str,
+    proposer_model: ChatModel | None,
+    say: Callable[[str], None] = lambda s: None,
+) -> dict[str, Any]:
+    """Run (or resume) every schedule of `cfg` in `run_dir`; write curves and summary."""
+    from whale.analysis.curves import markdown_table, write_curves
+
+    t0 = time.monotonic()
+    serving = None
+    results: list[dict[str, Any]] = []
+    try:
+        with RunLock(run_dir):
+            if (run_dir / "config.toml").exists():
+                check_resume(cfgmod.load(CotrainConfig, run_dir / "config.toml"), cfg, run_dir)
+            check_seed(run_dir, cfg.harness, source)
+            write_atomic(run_dir / "config.toml", tomli_w.dumps(cfgmod.to_dict(cfg)))
+            pool, held = cotrain_splits(task, cfg)
+            serving, ckpt = make_serving(cfg)
+            for kind in cfg.schedules:
+                say(f"schedule {kind}")
+                results.append(_one_schedule(cfg, kind, run_dir / kind, task, source, pool,
+                                             held, serving, ckpt, proposer_model, say))
+            csv_path, _, png = write_curves(run_dir, cfg.task.id)
+            meta = {"task": cfg.task.id, "harness": cfg.harness, "solver": cfg.solver.name,
+                    "schedules": results, "curves": str(csv_path), "plot": str(png),
+                    "wall_s (this invocation)": round(time.monotonic() - t0, 1)}  # fmt: skip
+            table = markdown_table(run_dir)
+            write_atomic(run_dir / "summary.md", f"# whale cotrain: {cfg.task.id}\n\n{table}\n")
+            write_atomic(run_dir / "summary.json", json.dumps(meta, indent=2, default=str))
+            meta["table"] = table
+    except cfgmod.ConfigError as e:
+        raise RecordError(str(e)) from None
+    finally:
+        if serving is not None:
+            serving.close()
+        close_model(proposer_model)
+    return meta
+
+
+def _one_schedule(cfg: CotrainConfig, kind: str, root: Path, task: Task, source: str,
+                  pool: list[Question], held: list[Question], serving: Any, ckpt: Path,
+                  proposer: ChatModel | None,
+                  say: Callable[[str], None]) -> dict[str, Any]:  # fmt: skip
+    from whale.train.checkpoint import base_tokenizer
+
+    root.mkdir(parents=True, exist_ok=True)
+    fp = outcome_fingerprint(cfg.task, cfg.solver, cfg.runtime)
+    store = OutcomeStore(root, fp)
+    cache = (cfg.solver.cache_path or str(Path.home() / ".cache" / "whale" / "responses.sqlite")
+             if cfg.solver.cache else None)  # fmt: skip
+    solver = Solver(serving, fp, cfg.runtime, cache_path=cache)
+    weights = operator = None
+    try:
+        if kind != "harness-only":
+            weights = WeightPhase(root / "weight", task, pool, store, solver, cfg.rsft,
+                                  trainer_factory(ckpt, cfg.rsft, cfg.seed),
+                                  lambda: base_tokenizer(ckpt), cfg.seed, cfg.workers)
+        if kind != "weight-only":
+            operator = _harness_operator(cfg, root / "harness", pool, store, proposer)
+        run = Cotrain(root, kind, cfg.settings(kind), task, source, held, store, solver,
+                      weights, operator, cfg.workers, say)  # fmt: skip
+        try:
+            result = run.run()
+        finally:
+            run.close()
+        write_atomic(root / "summary.json", json.dumps(result, indent=2, default=str))
+        return result
+    finally:
+        if weights is not None:
+            weights.close()
+        store.close()
+        solver.close()
+
+
+def _harness_operator(cfg: CotrainConfig, root: Path, pool: list[Question],
+                      store: OutcomeStore, proposer: ChatModel | None) -> Any:  # fmt: skip
+    """The harness phase's operator; it scores on the pool's first `search` questions."""
+    if proposer is None:
+        raise RecordError("a harness phase needs a proposer model")
+    if cfg.operator == "revise":
+        from whale.revise.loop import LoopSettings
+        from whale.revise.operator import ReviseOperator
+        from whale.revise.proposer import Proposer
+
+        loop = LoopSettings(rounds=cfg.harness_iters, g=cfg.m, seed=cfg.seed,
+                            workers=cfg.workers)  # fmt: skip
+        return ReviseOperator(root, pool, pool[: cfg.search], store, Proposer(proposer), loop)
+    from whale.search.loop import SearchSettings
+    from whale.search.operator import SearchOperator
+
+    settings = SearchSettings(iterations=cfg.harness_iters, m=cfg.m, workers=cfg.workers,
+                              seed=cfg.seed)  # fmt: skip
+    return SearchOperator(root, pool[: cfg.search], store, proposer, settings, cfg.agent)

@@ -1,0 +1,306 @@
+"""WHALE's weight phase: rejection-sampling SFT of the solver under a frozen harness.
+
+One weight step (`WeightPhase.step`), as in the paper: the served weights θ_old (base + the
+current LoRA adapter) run the frozen harness G times on each of the step's training prompts,
+through the real isolated runtime; only trajectories the task's binary verifier accepts
+(R(x, τ) = 1) enter S+; each model call of an accepted trajectory is one example (its prompt
+messages → its completion, loss on the completion tokens only, `whale.train.data`); one pass of
+LoRA SFT over S+ (`whale.train.sft.LoraTrainer`); the adapter is saved and served for the next
+rollouts (`whale.train.serving`). A step is `step_epochs` of the prompt pool (0.2 by default):
+one epoch is one pass over the pool, in an order reshuffled (seeded) every epoch.
+
+Every sample is a rollout in the run's ledger (an `OutcomeStore`), under a question id of its
+own (`<id>@w<step>.<g>`) and a sampling seed of its own; a step whose record is on disk (with
+its adapter) is not run again, and a step killed half way is replayed: the samples already in
+the ledger are answered from it, so nothing is paid twice. An empty S+ (or no usable example)
+is a recorded skip with its reason: the adapter stays, the rollouts count.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import random
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from whale.config import above, at_least, part
+from whale.harness import Runtime, RuntimeConfig, make_runtime
+from whale.models import CachedModel, ChatModel, Completion, Message, Sampling
+from whale.models.hf import adapter_digest
+from whale.records import JsonlWriter, RecordError, iter_jsonl
+from whale.revise.store import OutcomeStore
+from whale.tasks import Question, Task
+from whale.train.patience import WeightPatience
+from whale.train.sft import EmptyTrainingSet, LoraSettings, SFTSettings
+
+
+@dataclass
+class RsftSettings:
+    g: int = 4  # trajectories per training prompt
+    step_epochs: float = 0.2  # one weight step, in epochs of the prompt pool
+    temperature: float = 1.0  # θ_old's sampling where the harness does not set it
+    lora: LoraSettings = field(default_factory=LoraSettings)
+    sft: SFTSettings = field(default_factory=SFTSettings)
+    # W = T_min = P_w (epochs): the weight phase's patience rule (adaptive schedule, rsft).
+    window: float = 0.2
+    t_min: float = 0.2
+    p_w: float = 0.2
+
+    def validate(self) -> None:
+        at_least(self, 1, "g")
+        above(self, 0.0, "step_epochs", "window", "p_w")
+        at_least(self, 0.0, "temperature", "t_min")
+        for name in ("lora", "sft"):
+            with part(name):
+                getattr(self, name).validate()
+
+    def patience(self) -> WeightPatience:
+        return WeightPatience(self.window, self.t_min, self.p_w)
+
+
+@dataclass
+class WeightStep:
+    step: int  # global weight-step index of the run (0, 1, ...)
+    position: int  # prompts of the pool consumed before this step (all phases)
+    prompts: int
+    samples: int
+    accepted: int
+    reward: float  # mean verifier reward of the step's samples (θ_old's training signal)
+    examples: int = 0
+    skips: dict[str, int] = field(default_factory=dict)  # reason -> examples not trained on
+    trained: bool = False
+    skipped: str | None = None  # why no training happened, if none did
+    loss: float | None = None
+    tokens: int = 0
+    tokens_per_s: float = 0.0
+    adapter_before: str | None = None  # digest of θ_old
+    adapter: str | None = None  # digest served after this step
+    adapter_path: str | None = None
+    sample_s: float = 0.0
+    train_s: float = 0.0
+
+
+class Solver:
+    """The solver's current weights (base + an adapter folder, or the base alone) and the
+    runtimes that use them. The weights are served on the first model call after a change,
+    not before: a replayed step answered from the ledger starts no server."""
+
+    def __init__(self, serving: Any, base_fingerprint: str, runtime: RuntimeConfig,
+                 cache_path: str | None = None, adapter: Path | None = None) -> None:  # fmt: skip
+        self.serving, self.base_fingerprint, self.runtime_cfg = serving, base_fingerprint, runtime
+        self.cache_path = cache_path
+        self.adapter: Path | None = None
+        self.digest: str | None = None
+        self._served: tuple[str | None, ChatModel] | None = None
+        self._lock = threading.Lock()  # concurrent runs' first calls serve once, not twice
+        self.set_adapter(adapter)
+
+    def set_adapter(self, adapter: Path | None) -> None:
+        self.adapter = adapter
+        self.digest = adapter_digest(adapter) if adapter is not None else None
+
+    @property
+    def fingerprint(self) -> str:
+        fp = self.base_fingerprint
+        return fp if self.digest is None else f"{fp}+{self.digest}"
+
+    def model(self) -> ChatModel:
+        """The served model for the current weights (served now if they changed). A serving
+        keeps one model live, so this is serialized: two runs racing to serve would close
+        each other's server."""
+        with self._lock:
+            if self._served is None or self._served[0] != self.digest:
+                m: ChatModel = self.serving.serve(self.adapter)
+                if self.cache_path is not None:
+                    m = CachedModel(m, self.cache_path)
+                self._served = (self.digest, m)
+            return self._served[1]
+
+    def runtime(self, workers: int, temperature: float | None = None,
+                seed: int | None = None) -> Runtime:  # fmt: skip
+        cfg = self.runtime_cfg
+        if temperature is not None or seed is not None:
+            cfg = dataclasses.replace(
+                cfg, temperature=cfg.temperature if temperature is None else temperature,
+                seed=cfg.seed if seed is None else seed, warm=0,
+            )  # fmt: skip
+        return make_runtime(cfg, _Lazy(self), workers=workers)
+
+    def close(self) -> None:
+        """Drop the served model; the serving (shared by runs) is closed by its owner."""
+        self._served = None
+
+
+class _Lazy:
+    """A ChatModel that serves the solver's weights on its first call."""
+
+    def __init__(self, solver: Solver) -> None:
+        self.solver = solver
+        self.name = f"solver:{solver.digest or 'base'}"
+
+    def chat(self, messages: list[Message], sampling: Sampling,
+             timeout: float | None = None) -> Completion:  # fmt: skip
+        return self.solver.model().chat(messages, sampling, timeout)
+
+
+def sample_seed(seed: int, step: int, g: int) -> int:
+    """A sampling seed per (run seed, step, sample): the G samples of one prompt differ."""
+    h = hashlib.sha256(f"{seed}:{step}:{g}".encode()).digest()
+    return int.from_bytes(h[:4], "big") & 0x7FFFFFFF
+
+
+def prompt_order(pool: Sequence[Question], position: int, n: int, seed: int) -> list[Question]:
+    """The `n` prompts after `position` in the run's prompt stream: the pool reshuffled every
+    epoch (seeded by the run seed and the epoch index)."""
+    out: list[Question] = []
+    size = len(pool)
+    for p in range(position, position + n):
+        epoch, i = divmod(p, size)
+        order = list(pool)
+        random.Random(f"{seed}:{epoch}").shuffle(order)
+        out.append(order[i])
+    return out
+
+
+class WeightPhase:
+    """Runs weight steps for one schedule run; steps are recorded in `root/steps.jsonl` and
+    adapters saved under `root/adapters/step_NNNN/`."""
+
+    def __init__(self, root: Path, task: Task, pool: Sequence[Question], store: OutcomeStore,
+                 solver: Solver, settings: RsftSettings, make_trainer: Callable[[Path | None], Any],
+                 tokenizer: Callable[[], Any], seed: int, workers: int) -> None:  # fmt: skip
+        if not pool:
+            raise ValueError("the weight phase needs a non-empty training prompt pool")
+        self.root, self.task, self.pool, self.store = root, task, list(pool), store
+        self.solver, self.settings, self.seed, self.workers = solver, settings, seed, workers
+        self.make_trainer, self.tokenizer = make_trainer, tokenizer
+        self._trainer: Any = None
+        self._tok: Any = None
+        root.mkdir(parents=True, exist_ok=True)
+        self.done: dict[int, WeightStep] = {}
+        path = root / "steps.jsonl"
+        for n, row in iter_jsonl(path):
+            try:
+                s = WeightStep(**row)
+            except TypeError as e:
+                raise RecordError(f"{path}:{n}: not a weight step ({e})") from None
+            self.done[s.step] = s
+        self._log = JsonlWriter(path)
+
+    @property
+    def per_step(self) -> int:
+        return max(1, round(self.settings.step_epochs * len(self.pool)))
+
+    def epochs(self, prompts: int) -> float:
+        return prompts / len(self.pool)
+
+    def step(self, harness: str, k: int, position: int, max_rollouts: int | None,
+             tags: dict[str, Any]) -> WeightStep:  # fmt: skip
+        """Weight step `k` from prompt `position`; at most `max_rollouts` samples (the last
+        step of a rollout budget is cut to fit: at least one prompt)."""
+        g = self.settings.g
+        n = self.per_step
+        if max_rollouts is not None:
+            n = max(1, min(n, max_rollouts // g))
+        prior = self.done.get(k)
+        if (prior is not None and prior.position == position and prior.prompts == n
+                and (prior.adapter_path is None or Path(prior.adapter_path).is_dir())):  # fmt: skip
+            # Finished before a kill: the ledger answers every sample (this marks them used
+            # for the budget and starts nothing), and the step's adapter is on disk.
+            self._sample(harness, k, position, n, tags)
+            self.solver.set_adapter(Path(prior.adapter_path) if prior.adapter_path else None)
+            return prior
+        t0 = time.monotonic()
+        before = self.solver.digest
+        outcomes, trajs = self._sample(harness, k, position, n, tags)
+        sample_s = time.monotonic() - t0
+        accepted = [t for o, t in zip(outcomes, trajs, strict=True) if o.correct]
+        rec = WeightStep(step=k, position=position, prompts=n, samples=len(outcomes),
+                         accepted=len(accepted),
+                         reward=sum(o.correct for o in outcomes) / max(1, len(outcomes)),
+                         adapter_before=before, adapter=before,
+                         adapter_path=str(self.solver.adapter) if self.solver.adapter else None,
+                         sample_s=round(sample_s, 2))  # fmt: skip
+        if not accepted:
+            rec.skipped = f"no accepted trajectory (0 of {len(outcomes)} samples)"
+        else:
+            self._train(rec, accepted, k)
+        self._log.write(asdict(rec))
+        self.done[k] = rec
+        return rec
+
+    def _questions(self, k: int, position: int, n: int, g: int) -> list[Question]:
+        prompts = prompt_order(self.pool, position, n, self.seed)
+        return [dataclasses.replace(q, id=f"{q.id}@w{k}.{g}") for q in prompts]
+
+    def _sample(self, harness: str, k: int, position: int, n: int,
+                tags: dict[str, Any]) -> tuple[list[Any], list[Any]]:  # fmt: skip
+        self.store.rebind(self.solver.fingerprint, **tags)
+        outcomes: list[Any] = []
+        trajs: list[Any] = []
+        for g in range(self.settings.g):
+            rt = self.solver.runtime(self.workers, self.settings.temperature,
+                                     sample_seed(self.seed, k, g))  # fmt: skip
+            try:
+                ev = self.store.evaluate(rt, harness, self.task, self._questions(k, position, n, g),
+                                         "train", self.workers)  # fmt: skip
+            finally:
+                rt.close()
+            outcomes += ev.outcomes
+            trajs += ev.trajectories
+        return outcomes, trajs
+
+    def _train(self, rec: WeightStep, accepted: list[Any], k: int) -> None:
+        from whale.train.data import trajectory_examples
+
+        if self._tok is None:
+            self._tok = self.tokenizer()
+        examples, skips = [], Counter[str]()
+        for t in accepted:
+            # An example over sft.max_len tokens (prompt + completion) is a recorded skip.
+            ex, sk = trajectory_examples(t, self._tok, self.settings.sft.max_len)
+            examples += ex
+            skips.update(s.reason.split(":")[0] for s in sk)
+        rec.examples, rec.skips = len(examples), dict(skips)
+        if not examples:
+            rec.skipped = f"no usable example in {len(accepted)} accepted runs: {dict(skips)}"
+            return
+        if self._trainer is None:
+            self._trainer = self.make_trainer(self.solver.adapter)
+        t0 = time.monotonic()
+        try:
+            stats = self._trainer.train(examples)
+        except EmptyTrainingSet as e:
+            rec.skipped = f"nothing to train on: {e}"
+            return
+        out = self._trainer.save(self.root / "adapters" / f"step_{k:04d}")
+        rec.train_s = round(time.monotonic() - t0, 2)
+        rec.trained, rec.loss, rec.tokens = True, stats.loss, stats.tokens
+        rec.tokens_per_s = round(stats.tokens_per_s, 1)
+        self.solver.set_adapter(out)
+        rec.adapter, rec.adapter_path = self.solver.digest, str(out)
+
+    def close(self) -> None:
+        self._log.close()
+        if self._trainer is not None:
+            self._trainer.close()
+            self._trainer = None
+
+
+def trainer_factory(
+    checkpoint: Path, settings: RsftSettings, seed: int
+) -> Callable[[Path | None], Any]:
+    """Makes the LoRA trainer on first need (loading the base weights takes seconds)."""
+
+    def make(adapter: Path | None) -> Any:
+        from whale.train.sft import LoraTrainer
+
+        return LoraTrainer(checkpoint, settings.lora, settings.sft, seed, adapter=adapter)
+
+    return make

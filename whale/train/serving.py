@@ -1,0 +1,234 @@
+"""Serving the solver's freshly trained weights: base + a PEFT LoRA adapter, ready to roll out.
+
+The weight phase saves an adapter after each step; the next rollouts must run on it, fast. A
+`SolverServing` turns an adapter folder (or None: the base) into a ready `ChatModel`:
+
+- `EmbeddedServing` (the default): llama.cpp on the solver's GGUF with the adapter converted to
+  a LoRA GGUF (`lora_gguf.adapter_to_gguf`, ~0.2 s for r = 32) and passed as `--lora_path`;
+  a new server per adapter (~1-2 s to ready), decoding at about the base's speed;
+- `InProcessServing`: transformers + PEFT in this process (`TransformersChat`), exact fp32 and
+  no conversion, but ~8 tok/s for the 0.5B: the fallback where llama.cpp cannot serve it;
+- `VLLMServing`: a vLLM server (or fleet behind one URL) that loads adapters at run time.
+
+`serve()` replaces what the object served before (one live model per serving object: the old
+one is closed and refuses further calls) and returns only when the new one has answered a
+one-token chat, so the time to the first rollout is paid inside `serve()` and measured in
+`timings`. Model names carry the adapter's content digest, so response caches and records
+never mix base and adapter replies. Not covered: several adapters live at once on one object
+(make several objects), and serving adapters of a base other than the one given here.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+import httpx
+
+from whale.models.base import ChatModel, ModelError, Sampling
+from whale.models.embedded import EmbeddedLlama
+from whale.models.hf import adapter_digest
+from whale.models.openai_compat import OpenAICompatible
+from whale.train.lora_gguf import adapter_to_gguf
+
+__all__ = [
+    "EmbeddedServing",
+    "InProcessServing",
+    "SolverServing",
+    "VLLMServing",
+    "adapter_digest",
+]
+
+_PING = [{"role": "user", "content": "Hi"}]
+_PING_SAMPLING = Sampling(max_tokens=1, temperature=0.0)
+
+
+class SolverServing(Protocol):
+    def serve(self, adapter: Path | None) -> ChatModel: ...  # base + adapter (PEFT dir), ready
+
+    def close(self) -> None: ...
+
+
+def _ping(model: ChatModel, timeout: float) -> None:
+    """One one-token chat: the model is loaded, the adapter applied, the server answering."""
+    model.chat(_PING, _PING_SAMPLING, timeout)
+
+
+def _close(model: Any) -> None:
+    close = getattr(model, "close", None)
+    if close is not None:
+        close()
+
+
+class EmbeddedServing:
+    """llama.cpp (`EmbeddedLlama`) on `gguf`, with each served adapter converted to a LoRA GGUF
+    (written as `<adapter>/adapter.gguf`; an adapter given as a `.gguf` file is used as is)."""
+
+    def __init__(
+        self,
+        gguf: Path,
+        alias: str,
+        n_ctx: int = 4096,
+        threads: int = 2,
+        timeout_s: float = 120.0,
+    ) -> None:
+        self.gguf, self.alias = Path(gguf), alias
+        self.n_ctx, self.threads, self.timeout_s = n_ctx, threads, timeout_s
+        self.timings: dict[str, float] = {}  # of the last serve(): convert_s, start_s, total_s
+        self._model: EmbeddedLlama | None = None
+        self._lock = threading.Lock()
+
+    def serve(self, adapter: Path | None) -> ChatModel:
+        with self._lock:
+            t0 = time.monotonic()
+            lora: Path | None = None
+            if adapter is not None:
+                adapter = Path(adapter)
+                lora = adapter if adapter.suffix == ".gguf" else adapter_to_gguf(adapter)
+            t1 = time.monotonic()
+            self._close_current()
+            model = EmbeddedLlama(
+                self.gguf, self.alias, n_ctx=self.n_ctx, threads=self.threads,
+                timeout_s=self.timeout_s, lora=lora,
+            )  # fmt: skip
+            try:
+                model.start()
+                _ping(model, self.timeout_s)
+            except BaseException:
+                model.close()
+                raise
+            self._model = model
+            t2 = time.monotonic()
+            self.timings = {"convert_s": t1 - t0, "start_s": t2 - t1, "total_s": t2 - t0}
+            return model
+
+    def _close_current(self) -> None:
+        model, self._model = self._model, None
+        if model is not None:
+            model.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._close_current()
+
+
+class InProcessServing:
+    """transformers + PEFT in this process (`whale.models.hf.TransformersChat`): the adapter
+    exactly as PEFT saved it, fp32; slow, one request at a time."""
+
+    def __init__(self, checkpoint: Path, alias: str, threads: int = 2) -> None:
+        self.checkpoint, self.alias, self.threads = Path(checkpoint), alias, threads
+        self.timings: dict[str, float] = {}
+        self._model: Any = None
+        self._lock = threading.Lock()
+
+    def serve(self, adapter: Path | None) -> ChatModel:
+        from whale.models.hf import TransformersChat
+
+        with self._lock:
+            t0 = time.monotonic()
+            self._close_current()
+            model = TransformersChat(
+                self.checkpoint, adapter=adapter, alias=self.alias, threads=self.threads
+            )
+            try:
+                _ping(model, 600.0)
+            except BaseException:
+                _close(model)
+                raise
+            self._model = model
+            self.timings = {"total_s": time.monotonic() - t0}
+            return model  # type: ignore[no-any-return]
+
+    def _close_current(self) -> None:
+        model, self._model = self._model, None
+        if model is not None:
+            _close(model)
+
+    def close(self) -> None:
+        with self._lock:
+            self._close_current()
+
+
+class VLLMServing:
+    """A vLLM server that loads LoRA adapters at run time: `POST {base_url}/load_lora_adapter`
+    with `{"lora_name", "lora_path"}`, requests with `model=lora_name`, the previous adapter
+    unloaded (`/unload_lora_adapter`) once the new one is loaded.
+
+    The server must run with `--enable-lora --max-lora-rank R` (R >= the adapters' rank) and
+    `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`, and `lora_path` must be a path the *server* can
+    read (the same machine or a shared filesystem): the adapter folder is sent as a path, not
+    uploaded. Adapter names are `whale-<digest>`, so reloading the same bytes is a no-op."""
+
+    def __init__(
+        self,
+        base_url: str,
+        base_model: str,
+        api_key: str | None = None,
+        timeout_s: float = 120.0,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.base_model, self.api_key, self.timeout_s = base_model, api_key, timeout_s
+        self.timings: dict[str, float] = {}
+        self._model: OpenAICompatible | None = None
+        self._loaded: str | None = None  # the adapter name loaded by this object
+        self._lock = threading.Lock()
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.Client(timeout=timeout_s, headers=headers)
+
+    def serve(self, adapter: Path | None) -> ChatModel:
+        with self._lock:
+            t0 = time.monotonic()
+            name = self.base_model
+            if adapter is not None:
+                adapter = Path(adapter).resolve()
+                name = f"whale-{adapter_digest(adapter)}"
+                if name != self._loaded:
+                    self._post("load_lora_adapter", {"lora_name": name, "lora_path": str(adapter)})
+            previous, self._model = self._model, None
+            if previous is not None:
+                previous.close()
+            if self._loaded is not None and self._loaded != name:
+                self._post("unload_lora_adapter", {"lora_name": self._loaded})
+            self._loaded = name if adapter is not None else None
+            model = OpenAICompatible(
+                name, self.base_url, api_key=self.api_key or "none", timeout_s=self.timeout_s
+            )
+            _ping(model, self.timeout_s)
+            self._model = model
+            self.timings = {"total_s": time.monotonic() - t0}
+            return model
+
+    def _post(self, endpoint: str, body: dict[str, str]) -> None:
+        url = f"{self.base_url}/{endpoint}"
+        try:
+            r = self._http.post(url, json=body)
+        except httpx.HTTPError as e:
+            raise ModelError(f"cannot reach {url}: {e}") from None
+        if r.status_code == 400 and endpoint == "load_lora_adapter" and "already" in r.text:
+            return  # loaded before under this content-derived name: the same weights
+        if r.status_code == 404 and endpoint == "unload_lora_adapter" and "found" in r.text:
+            return  # not loaded (the server restarted): nothing to unload
+        if r.status_code != 200:
+            hint = (
+                " (is the server started with --enable-lora and "
+                "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True?)"
+                if r.status_code == 404
+                else ""
+            )
+            raise ModelError(f"{url} answered {r.status_code}: {r.text[:500]}{hint}")
+
+    def close(self) -> None:
+        with self._lock:
+            model, self._model = self._model, None
+            if model is not None:
+                model.close()
+            if self._loaded is not None:
+                try:
+                    self._post("unload_lora_adapter", {"lora_name": self._loaded})
+                except ModelError:
+                    pass  # the server is gone: nothing left to unload
+                self._loaded = None
+            self._http.close()
