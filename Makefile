@@ -51,6 +51,8 @@ bench: install
 	$(PY) -m benchmarks.eval_throughput
 	$(PY) -m benchmarks.adapt_overhead
 	$(PY) -m benchmarks.bm25_scale
+	$(PY) -m benchmarks.rsft_throughput
+	$(PY) -m benchmarks.serve_adapter
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache .mypy_cache

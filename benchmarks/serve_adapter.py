@@ -14,12 +14,22 @@ enough that replies stay fluent, large enough to change them), then
 (b) saves new adapters (other seeds: "the next weight step") and measures, from the moment the
     adapter is on disk, `serve()` (convert to GGUF + server start + a one-token answer) plus
     the first real completion (target < 5 s), --steps times.
+
+Prompt processing: llama-cpp-python's server runs it on all cores (`n_threads_batch`) whatever
+`--n_threads` says, and on this shared 2-core machine a second OpenMP thread waits a scheduler
+slice at every graph node when the other core is busy: measured, 17 prompt tokens took 8.7 s
+with the adapter (1,614 graph nodes) against 0.31 s with one batch thread. So the servers here
+get `N_THREADS_BATCH` = --threads through the environment (llama_cpp.server reads its settings
+from it); `--threads-batch 0` measures the default.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -31,6 +41,8 @@ from whale.models.catalog import model_path
 from whale.models.embedded import EmbeddedLlama
 from whale.train.checkpoint import trainable_checkpoint
 from whale.train.serving import EmbeddedServing
+
+print = functools.partial(print, flush=True)  # noqa: A001 - progress shows up when piped
 
 _TOPICS = [
     "reverses a string", "checks whether a number is prime", "sums a list",
@@ -56,17 +68,37 @@ def one(model: ChatModel, prompt: str, sampling: Sampling) -> tuple[float, int]:
     return time.perf_counter() - t, int(c.usage.get("completion_tokens", 0))
 
 
+def machine_load() -> str:
+    """Load average and CPU pressure: the machine is shared, and numbers mean little without."""
+    text = f"loadavg {' '.join(open('/proc/loadavg').read().split()[:3])}"
+    try:
+        some = open("/proc/pressure/cpu").readline().split()
+        text += f", cpu pressure {some[1]} {some[2]}"
+    except OSError:
+        pass
+    return text
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rollouts", type=int, default=12)
     ap.add_argument("--max-tokens", type=int, default=96)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument(
+        "--threads-batch", type=int, default=None,
+        help="prompt-processing threads of the servers (default: --threads; 0: llama-cpp-python's "
+        "default, all cores)",
+    )  # fmt: skip
     ap.add_argument("--steps", type=int, default=3, help="weight steps timed in (b)")
     ap.add_argument("--model", default="qwen-coder-0.5b")
     args = ap.parse_args()
+    batch = args.threads if args.threads_batch is None else args.threads_batch
+    if batch:  # llama_cpp.server reads its settings from the environment (EmbeddedLlama: no flag)
+        os.environ["N_THREADS_BATCH"] = str(batch)
     gguf = model_path(args.model)
     sampling = Sampling(max_tokens=args.max_tokens, temperature=0.0)
     work = Path(tempfile.mkdtemp(prefix="whale-serve-adapter-"))
+    print(f"machine at start: {machine_load()}")
     ck = trainable_checkpoint(args.model)
     t = time.perf_counter()
     adapter = save_random_adapter(ck, work / "step0", std=0.02, seed=0)
@@ -81,17 +113,20 @@ def main() -> None:
         for m in (base, tuned):  # warm both (first-request costs are not decoding speed)
             one(m, "Hi", Sampling(max_tokens=8, temperature=0.0))
         stats = {"base": [0.0, 0, 0], "adapter": [0.0, 0, 0]}  # seconds, tokens, rollouts
-        for p in prompts(args.rollouts):
+        for i, p in enumerate(prompts(args.rollouts)):
+            row = []
             for label, m in (("base", base), ("adapter", tuned)):
                 s, n = one(m, p, sampling)
                 stats[label][0] += s
                 stats[label][1] += n
                 stats[label][2] += 1
+                row.append(f"{label} {n} tok in {s:.1f} s")
+            print(f"  prompt {i + 1}: " + ", ".join(row), flush=True)
         base.close()
         rate = {k: v[1] / v[0] for k, v in stats.items()}
         rps = {k: v[2] / v[0] for k, v in stats.items()}
         print(f"\n(a) {args.rollouts} prompts each, greedy, max_tokens={args.max_tokens}, "
-              f"threads={args.threads}")  # fmt: skip
+              f"threads={args.threads}, threads_batch={batch or 'all cores'}")  # fmt: skip
         print(f"{'':>8} {'tokens':>7} {'wall s':>7} {'tok/s':>7} {'rollouts/s':>11}")
         for k, v in stats.items():
             print(f"{k:>8} {v[1]:>7} {v[0]:>7.1f} {rate[k]:>7.1f} {rps[k]:>11.3f}")
@@ -113,11 +148,13 @@ def main() -> None:
                   f"answer {tm['start_s']:.2f} s = serve {t_serve:.2f} s; first completion "
                   f"({n} tokens) {s:.2f} s; total {total:.2f} s")  # fmt: skip
         print(f"median total {statistics.median(firsts):.2f} s (target < 5 s)")
+        print(f"machine at end: {machine_load()}")
         print(json.dumps({"tok_s": rate, "rollouts_s": rps, "ratio": ratio,
                           "first_completion_s": firsts}))  # fmt: skip
     finally:
         base.close()
         serving.close()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

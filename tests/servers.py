@@ -3,6 +3,7 @@
 Each request takes the next behaviour from `script` (the last one repeats): ("ok", text),
 ("tool", name, arguments) a function call,
 ("status", code, message), ("sleep", seconds, text), ("close",) which drops the connection.
+A request with `return_token_ids` gets made-up ids back, where vLLM puts them.
 `/v1/load_lora_adapter` and `/v1/unload_lora_adapter` act like vLLM's runtime LoRA endpoints
 (200 with a text body; 400 for a name already loaded, 404 for one not loaded), keep `loras`
 (name -> path) and record each call in `lora_requests` as (endpoint, body); they take no
@@ -79,13 +80,17 @@ class StubServer:
                     })  # fmt: skip
                     return
                 text = step[-1]
-                self._send(200, {
+                reply = {
                     "id": "x", "object": "chat.completion", "created": 0,
                     "model": body.get("model"),
                     "choices": [{"index": 0, "finish_reason": "stop",
                                  "message": {"role": "assistant", "content": text}}],
                     "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
-                })  # fmt: skip
+                }  # fmt: skip
+                if body.get("return_token_ids"):  # vLLM's sampled ids, made up here
+                    reply["prompt_token_ids"] = [7, 8, 9]
+                    reply["choices"][0]["token_ids"] = [41, 42]
+                self._send(200, reply)
 
             def _lora(self, endpoint: str, body: dict[str, Any]) -> None:
                 name = str(body.get("lora_name"))

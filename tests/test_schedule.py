@@ -145,7 +145,7 @@ def test_a_weight_step_trains_on_accepted_runs_and_serves_the_new_adapter(tmp_pa
         new = run.solver.model().chat(msgs, sampling)
         assert new.token_ids != base.token_ids  # the served weights are the trained ones
         assert run.solver.model().chat(msgs, sampling).token_ids == new.token_ids
-        rec2 = weights.step(SEED, 1, rec.prompts, None, {**tags, "step": 1,
+        rec2 = weights.step(SEED, 1, rec.consumed, None, {**tags, "step": 1,
                                                           "adapter": rec.adapter})
         rows = read_jsonl(tmp_path / "adaptive" / "outcomes.jsonl")
         assert {r["fingerprint"] for r in rows if r["step"] == 1} == {f"fp-test+{rec.adapter}"}
@@ -247,3 +247,94 @@ def test_concurrent_first_calls_serve_the_weights_once():
     for t in threads:
         t.join()
     assert serving.served == 1  # a second serve() would close the first one's server
+
+
+def test_a_killed_search_cotrain_resumes_to_the_uninterrupted_result(tmp_path):
+    """harness-only with the search operator (scripted proposer and solver), killed in the eval
+    read after its first harness phase: the replay counts the archived phase's rollouts."""
+    from tests.revise.conftest import SEED as SUM_SEED
+    from tests.revise.conftest import SumTask, prose_solver
+    from tests.search.test_loop import GOOD, WORSE
+    from whale.search.loop import SearchSettings
+    from whale.search.operator import SearchOperator
+
+    class Serving:
+        def serve(self, adapter):
+            return prose_solver()
+
+        def close(self):
+            pass
+
+    def make(root):
+        task = SumTask()
+        qs = task.questions()
+        store = OutcomeStore(root, "fp")
+        solver = Solver(Serving(), "fp", RuntimeConfig(sandbox="auto", warm=0))
+        op = SearchOperator(root / "harness", qs[:6], store, ScriptedModel([WORSE, WORSE, GOOD]),
+                            SearchSettings(iterations=2, m=2, workers=2))
+        s = ScheduleSettings("harness-only", rollouts=40, harness_iters=2, cycles=4)
+        return Cotrain(root, "harness-only", s, task, SUM_SEED, qs[20:24], store, solver, None,
+                       op, 2), store
+
+    ref, st = make(tmp_path / "ref" / "harness-only")
+    want = ref.run()
+    ref.close(), st.close()
+    run, st = make(tmp_path / "run" / "harness-only")
+    real, n = st._ledger.write, [0]
+
+    def write(row):
+        n[0] += 1
+        if n[0] == 24:
+            raise KeyboardInterrupt
+        real(row)
+
+    st._ledger.write = write
+    with pytest.raises(KeyboardInterrupt):
+        run.run()
+    run.close(), st.close()
+    again, st = make(tmp_path / "run" / "harness-only")
+    got = again.run()
+    again.close(), st.close()
+    assert got["training_rollouts"] == want["training_rollouts"]
+    assert [(r["cycle"], r["training_rollouts"]) for r in got["reads"]] == \
+        [(r["cycle"], r["training_rollouts"]) for r in want["reads"]]
+    assert count_rollouts(tmp_path / "run" / "harness-only")["training"] == got["training_rollouts"]
+    curve_rows(tmp_path / "run")  # reads agree with the ledger, or RecordError
+
+
+def test_a_schedule_whose_cycle_spends_nothing_stops_instead_of_looping():
+    """harness-only until the budget: a proposer whose every edit fails to apply spends no
+    rollout after the seed, so without a stop the schedule would cycle for ever."""
+    from tests.revise.conftest import SEED as SUM_SEED
+    from tests.revise.conftest import SumTask, prose_solver
+    from whale.search.loop import SearchSettings
+    from whale.search.operator import SearchOperator
+
+    class Serving:
+        def serve(self, adapter):
+            return prose_solver()
+
+        def close(self):
+            pass
+
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        root = Path(d) / "harness-only"
+        task = SumTask()
+        qs = task.questions()
+        store = OutcomeStore(root, "fp")
+        solver = Solver(Serving(), "fp", RuntimeConfig(sandbox="auto", warm=0))
+        bad = 'CALL submit {"base": "c0000", "hypothesis": "x"}\n<<<<<<< SEARCH\nnot there\n=======\nx\n>>>>>>> REPLACE\n'
+        op = SearchOperator(root / "harness", qs[:4], store, ScriptedModel([bad]),
+                            SearchSettings(iterations=1, m=1, workers=2))
+        s = ScheduleSettings("harness-only", rollouts=1000, harness_iters=1)
+        run = Cotrain(root, "harness-only", s, task, SUM_SEED, qs[20:22], store, solver, None,
+                      op, 2)
+        try:
+            got = run.run()
+        finally:
+            run.close()
+            store.close()
+    assert got["stopped"].startswith("cycle 2 spent no training rollout")
+    assert got["training_rollouts"] == 4  # the seed, scored once in cycle 1

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -35,9 +36,10 @@ def _run(cfg: CotrainConfig, run_dir: Path | None, unsafe: bool, kind: str,
     from whale.harness.contract import run_contract_fault
     from whale.tasks import SplitOverlap
 
-    ecfg = EvalConfig(task=cfg.task, harness=cfg.harness, model=cfg.solver, runtime=cfg.runtime,
+    # resolve() only checks that the solver exists (cotrain serves it itself), uncached.
+    ecfg = EvalConfig(task=cfg.task, harness=cfg.harness, runtime=cfg.runtime,
+                      model=dataclasses.replace(cfg.solver, cache=False),
                       n=cfg.train + cfg.eval)  # fmt: skip
-    ecfg.model.cache = False  # resolve() only checks the solver; cotrain serves it itself
     task_obj, source, _ = resolve(ecfg, unsafe)
     fault = run_contract_fault(source)
     if fault is not None:
@@ -162,6 +164,10 @@ def rsft_cmd(
     harness: str = typer.Option(None, "--harness", help="the frozen harness (name or path)"),
     solver: str = typer.Option(None, "--solver", help="solver model (catalog, .gguf, NAME@URL)"),
     epochs: float = typer.Option(None, "--epochs", help="epochs of the prompt pool"),
+    patience: bool = typer.Option(
+        False, "--patience", help="end by the weight patience rule (W = T_min = P_w, "
+        "rsft.window / t_min / p_w) instead of after --epochs"
+    ),  # fmt: skip
     rollouts: int = typer.Option(None, "--rollouts", help="most weight-phase samples"),
     g: int = typer.Option(None, "--g", help="trajectories per prompt"),
     train: int = typer.Option(None, "--train", help="training prompt pool"),
@@ -191,6 +197,7 @@ def rsft_cmd(
         return
     flags = {"task.id": task, "harness": harness, "solver.name": solver,
              "schedules": ["weight-only"], "cycles": 1,
+             "weight_patience": True if patience else None,
              "weight_epochs": epochs if epochs is not None or config else 1.0,
              "rollouts": rollouts if rollouts is not None else 10**9, "rsft.g": g,
              "train": train, "search": 1, "eval": n_eval, "serving": serving,

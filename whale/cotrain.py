@@ -65,7 +65,10 @@ class CotrainConfig:
     rollouts: int = 300  # training rollouts per schedule
     weight_epochs: float = 0.2  # E
     harness_iters: int = 6  # I
-    cycles: int = 3  # N (every schedule also stops when `rollouts` are spent)
+    # N: cycles of fixed and stagewise (None: 3); given, it caps every schedule. Without it
+    # adaptive, weight-only and harness-only run until `rollouts` are spent.
+    cycles: int | None = None
+    weight_patience: bool = False  # weight-only phases end by weight patience, not E epochs
     patience: list[int] = field(default_factory=lambda: [6, 2])  # J_min, P_h (adaptive)
     max_weight_epochs: float = 2.0
     max_harness_iters: int = 20
@@ -98,7 +101,8 @@ class CotrainConfig:
     def settings(self, kind: str) -> ScheduleSettings:
         return ScheduleSettings(kind, self.rollouts, self.weight_epochs, self.harness_iters,
                                 self.cycles, (self.patience[0], self.patience[1]),
-                                self.max_weight_epochs, self.max_harness_iters)  # fmt: skip
+                                self.max_weight_epochs, self.max_harness_iters,
+                                self.weight_patience)  # fmt: skip
 
 
 # What a resumed cotrain may change: nothing any recorded outcome, step or session depends on.

@@ -51,10 +51,15 @@ class ScheduleSettings:
     rollouts: int = 300  # training rollouts (weight samples + harness scoring) of the run
     weight_epochs: float = 0.2  # E: one weight phase of fixed, weight-only, stagewise
     harness_iters: int = 6  # I: one harness phase of fixed, harness-only, stagewise
-    cycles: int = 3  # N
+    # N: the cycles of fixed and stagewise (3 when None); the other schedules run until the
+    # rollout budget is spent unless N is given.
+    cycles: int | None = None
     patience: tuple[int, int] = (6, 2)  # (J_min, P_h) of an adaptive harness phase
     max_weight_epochs: float = 2.0  # caps of one adaptive phase
     max_harness_iters: int = 20
+    # weight-only (and `whale rsft --patience`): end each weight phase by the weight patience
+    # rule instead of after E epochs.
+    weight_patience: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in SCHEDULES:
@@ -71,13 +76,14 @@ class Phase:
 def phases(s: ScheduleSettings) -> Iterator[Phase]:
     """The phases of schedule `s`, in order (the loop also stops at the rollout budget)."""
     adaptive = s.kind == "adaptive"
+    n = s.cycles if s.cycles is not None else 3 if s.kind in ("fixed", "stagewise") else 10**6
     if s.kind == "stagewise":
-        yield from (Phase("weight", c, False) for c in range(1, s.cycles + 1))
-        yield from (Phase("harness", c, False) for c in range(s.cycles + 1, 2 * s.cycles + 1))
+        yield from (Phase("weight", c, False) for c in range(1, n + 1))
+        yield from (Phase("harness", c, False) for c in range(n + 1, 2 * n + 1))
         return
-    for c in range(1, s.cycles + 1):
+    for c in range(1, n + 1):
         if s.kind != "harness-only":
-            yield Phase("weight", c, adaptive)
+            yield Phase("weight", c, adaptive or s.weight_patience)
         if s.kind != "weight-only":
             yield Phase("harness", c, adaptive)
 
@@ -122,11 +128,17 @@ class Cotrain:
     def run(self) -> dict[str, Any]:
         h = self.seed_harness
         self.read_eval(0, "start", h)
-        stopped = f"{self.s.cycles} cycles"
+        stopped = "all its cycles"
+        cycle, at_cycle_start = 0, 0
         for p in phases(self.s):
             if self.spent >= self.s.rollouts:
                 stopped = f"rollout budget {self.s.rollouts} spent"
                 break
+            if p.cycle != cycle:
+                if cycle and self.spent == at_cycle_start:  # e.g. every candidate invalid
+                    stopped = f"cycle {cycle} spent no training rollout (no progress)"
+                    break
+                cycle, at_cycle_start = p.cycle, self.spent
             if p.kind == "weight":
                 rec = self.weight_phase(h, p)
             else:
@@ -135,9 +147,13 @@ class Cotrain:
             if (p.cycle, p.kind) not in self.finished:
                 self._phases.write(asdict(rec))
                 self.finished.add((p.cycle, p.kind))
+            cap = f"/{self.s.rollouts}" if self.s.rollouts < 10**9 else ""
             self.say(f"[{self.name}] cycle {p.cycle} {p.kind} phase: {rec.stopped}; "
-                     f"{self.spent}/{self.s.rollouts} training rollouts")  # fmt: skip
+                     f"{self.spent}{cap} training rollouts")  # fmt: skip
             self.read_eval(p.cycle, p.kind, h)
+        if self.spent < self.s.rollouts and self.s.rollouts < 10**9:
+            stopped += f" ({self.s.rollouts - self.spent} of {self.s.rollouts} rollouts unspent)"
+            self.say(f"[{self.name}] ended after {stopped}: compare schedules at equal cost")
         return {"schedule": self.name, "stopped": stopped, "training_rollouts": self.spent,
                 "harness": self.store.save_harness(h), "adapter": self.solver.digest,
                 "adapter_path": str(self.solver.adapter) if self.solver.adapter else None,
@@ -156,10 +172,10 @@ class Cotrain:
                 break
             tags = self._tags(p, "weight_sample", self.k)
             st = self.weights.step(h, self.k, self.position, left, tags)
-            self.k, self.position = self.k + 1, self.position + st.prompts
+            self.k, self.position = self.k + 1, self.position + st.consumed
             self.spent += st.samples
             steps.append(st)
-            epochs += self.weights.epochs(st.prompts)
+            epochs += self.weights.epochs(st.consumed)
             self.say(f"[{self.name}] weight step {st.step}: reward {st.reward:.3f} "
                      f"({st.accepted}/{st.samples} accepted), "
                      + (f"loss {st.loss:.3f}" if st.trained else f"skipped: {st.skipped}"))
@@ -169,7 +185,7 @@ class Cotrain:
             if p.adaptive:
                 run, track = 0.0, []
                 for x in steps:
-                    run += self.weights.epochs(x.prompts)
+                    run += self.weights.epochs(x.consumed)
                     track.append((run, x.reward, x.samples))
                 if patience.should_stop(track):
                     stopped = f"patience: no new best reward for {patience.p_w:g} epochs"
@@ -207,7 +223,10 @@ class Cotrain:
 
     def read_eval(self, cycle: int, boundary: str, h: str) -> dict[str, Any]:
         """Score the eval split (for the curves only; nothing reads it to decide)."""
-        tags = {"schedule": self.name, "cycle": cycle, "phase": "eval", "kind": "eval",
+        # Tagged with the phase that just ended (its row of phases.csv counts them as
+        # eval_rollouts); the start read has no phase: "eval".
+        tags = {"schedule": self.name, "cycle": cycle,
+                "phase": "eval" if boundary == "start" else boundary, "kind": "eval",
                 "step": 0, "adapter": self.solver.digest}  # fmt: skip
         self.store.rebind(self.solver.fingerprint, **tags)
         rt = self.solver.runtime(self.workers)

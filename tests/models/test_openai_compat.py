@@ -87,3 +87,17 @@ def test_timeout_is_enforced():
         with pytest.raises(ModelTimeout):
             client(s).chat(MSG, Sampling(), timeout=0.5)
         assert time.monotonic() - t0 < 2.0
+
+
+def test_token_ids_are_asked_for_and_kept_when_the_backend_returns_them():
+    from whale.models import Sampling
+    from whale.models.openai_compat import OpenAICompatible
+
+    with StubServer([("ok", "hi")]) as s:
+        plain = OpenAICompatible("m", s.base_url).chat([{"role": "user", "content": "x"}],
+                                                       Sampling())
+        ids = OpenAICompatible("m", s.base_url, token_ids=True).chat(
+            [{"role": "user", "content": "x"}], Sampling())
+    assert "return_token_ids" not in s.requests[0] and s.requests[1]["return_token_ids"] is True
+    assert plain.token_ids is None and plain.prompt_token_ids is None
+    assert ids.token_ids == [41, 42] and ids.prompt_token_ids == [7, 8, 9]

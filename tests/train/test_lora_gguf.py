@@ -163,7 +163,13 @@ def test_names_agree_with_gguf_tensor_map() -> None:
 
 
 def test_subset_f32_and_rslora(tiny_model_dir: Path, tmp_path: Path) -> None:
-    adapter = _tiny_adapter(tiny_model_dir, tmp_path / "ad", ["q_proj", "v_proj"], use_rslora=True)
+    adapter = _tiny_adapter(
+        tiny_model_dir,
+        tmp_path / "ad",
+        ["q_proj", "v_proj"],
+        use_rslora=True,
+        task_type="CAUSAL_LM",
+    )
     out = adapter_to_gguf(adapter, tmp_path / "x" / "a.gguf", outtype="f32")
     r = _reader(out)
     assert {t.name.split(".")[2] for t in r.tensors} == {"attn_q", "attn_v"}

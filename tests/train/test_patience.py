@@ -47,3 +47,4 @@ def test_bad_settings_are_refused():
         WeightPatience(window=0.0)
     with pytest.raises(ValueError):
         WeightPatience(p_w=-1)
+

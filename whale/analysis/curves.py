@@ -41,7 +41,8 @@ BOUNDARIES = ("start", "weight", "harness")
 METRICS = ("format_compliance", "truncation_rate", "retrieval_accuracy", "answer_extraction",
            "accuracy", "n")  # fmt: skip
 CURVE_COLUMNS = ("schedule", "cycle", "boundary", "training_rollouts", "ledger_rollouts",
-                 "accuracy", "score", "n", "harness", "adapter")  # fmt: skip
+                 "accuracy", "score", "n", "format_compliance", "truncation_rate",
+                 "retrieval_accuracy", "answer_extraction", "harness", "adapter")  # fmt: skip
 # Training-row metrics under their own names; the eval read that ended the phase as eval_*.
 PHASE_COLUMNS = ("schedule", "cycle", "phase", "rollouts", "eval_rollouts", "cum_rollouts",
                  *METRICS[:-1], "eval_accuracy", "eval_score", "eval_n")  # fmt: skip

@@ -119,7 +119,11 @@ class EmbeddedLlama:
             cmd = [
                 sys.executable, "-m", "whale.models.llama_server", "--model", str(self.gguf),
                 "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(self.n_ctx),
-                "--n_threads", str(self.threads), "--model_alias", self.alias,
+                # Prompt threads too: llama_cpp.server otherwise uses every core for prompts,
+                # and on a busy machine the extra threads stall each step (measured: 17
+                # prompt tokens 8.7 s with a LoRA, 0.31 s with the batch threads capped).
+                "--n_threads", str(self.threads), "--n_threads_batch", str(self.threads),
+                "--model_alias", self.alias,
             ]  # fmt: skip
             if self.lora is not None:
                 cmd += ["--lora_path", str(self.lora)]

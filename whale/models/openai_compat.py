@@ -42,8 +42,12 @@ class OpenAICompatible:
         retries: int = 4,
         backoff_s: float = 0.5,
         timeout_s: float = 120.0,
+        token_ids: bool = False,
     ) -> None:
+        """`token_ids`: ask for the sampled token ids (vLLM's `return_token_ids`), so that
+        training uses the tokens that were sampled; other servers may refuse the field."""
         self.model = model
+        self.token_ids = token_ids
         self.base_url = base_url.rstrip("/")
         self.name = f"openai:{self.base_url}:{model}"
         self.retries, self.backoff_s, self.timeout_s = retries, backoff_s, timeout_s
@@ -137,8 +141,13 @@ class OpenAICompatible:
             kwargs["stop"] = list(sampling.stop)
         if sampling.seed is not None:
             kwargs["seed"] = sampling.seed
+        extra_body: dict[str, Any] = {}
         if sampling.grammar is not None:
-            kwargs["extra_body"] = {"grammar": sampling.grammar}
+            extra_body["grammar"] = sampling.grammar
+        if self.token_ids:
+            extra_body["return_token_ids"] = True
+        if extra_body:
+            kwargs["extra_body"] = extra_body
         if sampling.tools is not None:
             kwargs["tools"] = json.loads(sampling.tools)
             kwargs["tool_choice"] = "auto"
@@ -155,6 +164,7 @@ class OpenAICompatible:
             }
         extra = getattr(choice, "model_extra", None) or {}
         token_ids = extra.get("token_ids")  # vLLM with return_token_ids
+        prompt_ids = (getattr(r, "model_extra", None) or {}).get("prompt_token_ids")
         calls = [
             {"name": str(t.function.name), "arguments": str(t.function.arguments or "")}
             for t in (getattr(choice.message, "tool_calls", None) or [])
@@ -164,7 +174,8 @@ class OpenAICompatible:
             text=choice.message.content or "",
             finish_reason=choice.finish_reason or "stop",
             usage=usage,
-            token_ids=list(token_ids) if token_ids else None,
+            token_ids=_ids(token_ids),
+            prompt_token_ids=_ids(prompt_ids),
             tool_calls=calls or None,
         )
 
@@ -175,6 +186,15 @@ class OpenAICompatible:
     def close(self) -> None:
         self._closed = True
         self._client.close()
+
+
+def _ids(x: Any) -> list[int] | None:
+    """A server's token id list, or None when it is absent or not a list of ints."""
+    if not isinstance(x, list) or not x:
+        return None
+    if not all(isinstance(i, int) and not isinstance(i, bool) for i in x):
+        return None
+    return list(x)
 
 
 def _message(e: openai.APIStatusError) -> str:

@@ -79,6 +79,11 @@ class OutcomeStore:
         decisions the killed one took, while `rollouts` already holds the killed run's future."""
         return len(self._used)
 
+    def mark_used(self, h: str, question_ids: Sequence[str]) -> None:
+        """Count rollouts of harness `h` as used without asking for them: a resumed operator
+        that skips work its records hold (an archived candidate) still replays its budget."""
+        self._used.update((self.fingerprint, h, q) for q in question_ids)
+
     def _harness_path(self, h: str) -> Path:
         return self.dir / "harnesses" / f"{h}.py"
 
@@ -139,7 +144,8 @@ class OutcomeStore:
         h = self.save_harness(source)
         fp = self.fingerprint
         self._used.update((fp, h, q.id) for q in questions)
-        missing = [q for q in questions if (fp, h, q.id) not in self._outcomes]
+        # One run per key, even when a question is asked twice in one call.
+        missing = list({q.id: q for q in questions if (fp, h, q.id) not in self._outcomes}.values())
         traj_path = self.dir / "trajectories" / f"{h}.jsonl"
         known = self.trajectories(h)
         tags = dict(self.tags)

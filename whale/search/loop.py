@@ -99,6 +99,8 @@ def search(
         ev = store.evaluate(runtime, seed_source, task, search_set, "search", cfg.workers)
         _archive(archive, CandidateMeta(SEED_ID, None, 0, "seed", harness_hash(seed_source),
                                         True), seed_source, ev)  # fmt: skip
+    else:  # scored by a run that was killed: its rollouts count for this one's budget
+        store.mark_used(archive.get(SEED_ID).hash or "", [q.id for q in search_set])
     seed = archive.get(SEED_ID)
     if seed.hash != harness_hash(seed_source):
         raise SearchStopped(
@@ -117,7 +119,10 @@ def search(
                 break  # checked before each candidate; one candidate may pass it by |Q_search|
             cid = f"c{j:02d}{i:02d}"
             ids.append(cid)
-            if cid in archive:
+            if cid in archive:  # archived before a kill: paid then, counted now (replay)
+                meta = archive.get(cid)
+                if meta.valid and meta.score is not None and meta.hash is not None:
+                    store.mark_used(meta.hash, [q.id for q in search_set])
                 continue
             session = _session(sessions / f"{cid}.json", agent, archive, j, i, cfg)
             calls += len(session.calls)

@@ -44,6 +44,9 @@ class SearchOperator:
             iterations=budget.iterations or self.settings.iterations,
             max_rollouts=None if budget.rollouts is None else before + budget.rollouts,
             patience=Patience(*budget.patience) if budget.patience else self.settings.patience,
+            # A seed per phase: a phase that starts where the last one ended (same harness,
+            # same weights) would otherwise make the same proposals and learn nothing.
+            seed=self.settings.seed + (self.calls - 1) * 7919,
         )
         r = search(task, harness, self.search_set, solver, agent, self.store, archive, cfg,
                    sessions=archive.root.with_name(f"{archive.root.name}-sessions"))

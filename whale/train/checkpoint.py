@@ -22,10 +22,11 @@ GGUF loader (dequantize, drop the quantization config, `save_pretrained`) and ca
 Weights are stored in fp32 (`WEIGHTS_DTYPE`): the GGUF's dequantized values (fp16 scales times
 small integers) are exact in fp32, so the trainable base equals the served one bit for bit,
 and training runs in fp32 on CPU anyway. Measured for Qwen2.5-Coder-0.5B (630 M parameters,
-untied output layer) on the shared 2-core machine: fp32 2.52 GB, built in 93 s (dequantize 56
-s, write 7.9 s), loads in 1.9 s; bf16 1.26 GB, 48 s (33 s, 1.8 s), loads in 1.0 s, and its
-logits differ from fp32's by up to 0.13 (mean 0.010) on a chat text. Disk is cheap here and a
-build happens once, so exactness wins.
+untied output layer) on the shared 2-core machine: fp32 2.52 GB, built in 43 s (93 s under
+heavier load; dequantizing is most of it, writing 6-8 s), loads in 1.9 s; bf16 1.26 GB, built
+in 48 s (writing 1.8 s), loads in 1.0 s, and its logits differ from fp32's by up to 0.13 (mean
+0.010) on a chat text. The build time is the dequantization either way, disk is cheap here and
+a build happens once, so exactness wins.
 
 Not covered: GGUF architectures transformers cannot load (it raises, naming the architecture);
 tokenizers are taken from the GGUF's own vocabulary as transformers converts it.

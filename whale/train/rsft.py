@@ -67,8 +67,9 @@ class RsftSettings:
 @dataclass
 class WeightStep:
     step: int  # global weight-step index of the run (0, 1, ...)
-    position: int  # prompts of the pool consumed before this step (all phases)
-    prompts: int
+    position: int  # entries of the prompt stream consumed before this step (all phases)
+    prompts: int  # distinct prompts of this step
+    consumed: int  # stream entries it took (more than `prompts` where it skipped a repeat)
     samples: int
     accepted: int
     reward: float  # mean verifier reward of the step's samples (θ_old's training signal)
@@ -155,17 +156,29 @@ def sample_seed(seed: int, step: int, g: int) -> int:
     return int.from_bytes(h[:4], "big") & 0x7FFFFFFF
 
 
-def prompt_order(pool: Sequence[Question], position: int, n: int, seed: int) -> list[Question]:
-    """The `n` prompts after `position` in the run's prompt stream: the pool reshuffled every
-    epoch (seeded by the run seed and the epoch index)."""
-    out: list[Question] = []
+def step_prompts(pool: Sequence[Question], position: int, n: int,
+                 seed: int) -> tuple[list[Question], int]:  # fmt: skip
+    """The next `n` distinct prompts of the run's prompt stream from `position`, and how many
+    stream entries they took. The stream is the pool reshuffled every epoch (seeded by the run
+    seed and the epoch index); a step that crosses into the next epoch skips the prompts it
+    already holds (a prompt asked twice in one step would be one sample paid twice)."""
     size = len(pool)
-    for p in range(position, position + n):
+    n = min(n, size)
+    orders: dict[int, list[Question]] = {}
+    out: list[Question] = []
+    seen: set[str] = set()
+    p = position
+    while len(out) < n:
         epoch, i = divmod(p, size)
-        order = list(pool)
-        random.Random(f"{seed}:{epoch}").shuffle(order)
-        out.append(order[i])
-    return out
+        if epoch not in orders:
+            orders[epoch] = list(pool)
+            random.Random(f"{seed}:{epoch}").shuffle(orders[epoch])
+        q = orders[epoch][i]
+        p += 1
+        if q.id not in seen:
+            seen.add(q.id)
+            out.append(q)
+    return out, p - position
 
 
 class WeightPhase:
@@ -208,20 +221,22 @@ class WeightPhase:
         n = self.per_step
         if max_rollouts is not None:
             n = max(1, min(n, max_rollouts // g))
+        prompts, consumed = step_prompts(self.pool, position, n, self.seed)
         prior = self.done.get(k)
-        if (prior is not None and prior.position == position and prior.prompts == n
+        if (prior is not None and prior.position == position and prior.prompts == len(prompts)
                 and (prior.adapter_path is None or Path(prior.adapter_path).is_dir())):  # fmt: skip
             # Finished before a kill: the ledger answers every sample (this marks them used
             # for the budget and starts nothing), and the step's adapter is on disk.
-            self._sample(harness, k, position, n, tags)
+            self._sample(harness, k, prompts, tags)
             self.solver.set_adapter(Path(prior.adapter_path) if prior.adapter_path else None)
             return prior
         t0 = time.monotonic()
         before = self.solver.digest
-        outcomes, trajs = self._sample(harness, k, position, n, tags)
+        outcomes, trajs = self._sample(harness, k, prompts, tags)
         sample_s = time.monotonic() - t0
         accepted = [t for o, t in zip(outcomes, trajs, strict=True) if o.correct]
-        rec = WeightStep(step=k, position=position, prompts=n, samples=len(outcomes),
+        rec = WeightStep(step=k, position=position, prompts=len(prompts), consumed=consumed,
+                         samples=len(outcomes),
                          accepted=len(accepted),
                          reward=sum(o.correct for o in outcomes) / max(1, len(outcomes)),
                          adapter_before=before, adapter=before,
@@ -235,11 +250,7 @@ class WeightPhase:
         self.done[k] = rec
         return rec
 
-    def _questions(self, k: int, position: int, n: int, g: int) -> list[Question]:
-        prompts = prompt_order(self.pool, position, n, self.seed)
-        return [dataclasses.replace(q, id=f"{q.id}@w{k}.{g}") for q in prompts]
-
-    def _sample(self, harness: str, k: int, position: int, n: int,
+    def _sample(self, harness: str, k: int, prompts: list[Question],
                 tags: dict[str, Any]) -> tuple[list[Any], list[Any]]:  # fmt: skip
         self.store.rebind(self.solver.fingerprint, **tags)
         outcomes: list[Any] = []
@@ -248,8 +259,8 @@ class WeightPhase:
             rt = self.solver.runtime(self.workers, self.settings.temperature,
                                      sample_seed(self.seed, k, g))  # fmt: skip
             try:
-                ev = self.store.evaluate(rt, harness, self.task, self._questions(k, position, n, g),
-                                         "train", self.workers)  # fmt: skip
+                qs = [dataclasses.replace(q, id=f"{q.id}@w{k}.{g}") for q in prompts]
+                ev = self.store.evaluate(rt, harness, self.task, qs, "train", self.workers)
             finally:
                 rt.close()
             outcomes += ev.outcomes

@@ -194,7 +194,8 @@ class VLLMServing:
                 self._post("unload_lora_adapter", {"lora_name": self._loaded})
             self._loaded = name if adapter is not None else None
             model = OpenAICompatible(
-                name, self.base_url, api_key=self.api_key or "none", timeout_s=self.timeout_s
+                name, self.base_url, api_key=self.api_key or "none", timeout_s=self.timeout_s,
+                token_ids=True,  # vLLM returns the sampled ids: training uses them as they are
             )
             _ping(model, self.timeout_s)
             self._model = model
