@@ -338,3 +338,24 @@ def test_a_schedule_whose_cycle_spends_nothing_stops_instead_of_looping():
             store.close()
     assert got["stopped"].startswith("cycle 2 spent no training rollout")
     assert got["training_rollouts"] == 4  # the seed, scored once in cycle 1
+
+
+def test_a_recorded_weight_step_is_replayed_only_from_the_same_harness(tmp_path):
+    serving = CountingServing()  # replies "Answer: 1": odd length, never accepted
+    store = OutcomeStore(tmp_path, "fp")
+    solver = Solver(serving, "fp", RuntimeConfig(sandbox="auto", warm=0))
+    task = EvenTask()
+    wp = WeightPhase(tmp_path / "weight", task, task.questions()[:8], store, solver, settings(),
+                     lambda a: None, lambda: None, seed=0, workers=2)
+    tags = {"schedule": "weight-only", "cycle": 1, "phase": "weight", "kind": "weight_sample",
+            "step": 0, "adapter": None}
+    try:
+        first = wp.step(SEED, 0, 0, None, tags)
+        assert first.skipped.startswith("no accepted trajectory") and store.new_rollouts == 4
+        assert wp.step(SEED, 0, 0, None, tags) is first and store.new_rollouts == 4  # replayed
+        other = SEED.replace("return reply.text", "return reply.text + ' '")
+        again = wp.step(other, 0, 0, None, tags)
+        assert again is not first and store.new_rollouts == 8  # another harness: sampled anew
+    finally:
+        wp.close()
+        store.close()

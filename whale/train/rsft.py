@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from whale.config import above, at_least, part
-from whale.harness import Runtime, RuntimeConfig, make_runtime
+from whale.harness import Runtime, RuntimeConfig, harness_hash, make_runtime
 from whale.models import CachedModel, ChatModel, Completion, Message, Sampling
 from whale.models.hf import adapter_digest
 from whale.records import JsonlWriter, RecordError, iter_jsonl
@@ -85,6 +85,7 @@ class WeightStep:
     adapter_path: str | None = None
     sample_s: float = 0.0
     train_s: float = 0.0
+    harness: str = ""  # hash of the frozen harness the samples ran
 
 
 class Solver:
@@ -223,10 +224,13 @@ class WeightPhase:
             n = max(1, min(n, max_rollouts // g))
         prompts, consumed = step_prompts(self.pool, position, n, self.seed)
         prior = self.done.get(k)
+        h = harness_hash(harness)
         if (prior is not None and prior.position == position and prior.prompts == len(prompts)
+                and prior.harness == h and prior.adapter_before == self.solver.digest
                 and (prior.adapter_path is None or Path(prior.adapter_path).is_dir())):  # fmt: skip
-            # Finished before a kill: the ledger answers every sample (this marks them used
-            # for the budget and starts nothing), and the step's adapter is on disk.
+            # Finished before a kill, from the same state: the ledger answers every sample
+            # (this marks them used for the budget and starts nothing), and the step's
+            # adapter is on disk.
             self._sample(harness, k, prompts, tags)
             self.solver.set_adapter(Path(prior.adapter_path) if prior.adapter_path else None)
             return prior
@@ -241,7 +245,7 @@ class WeightPhase:
                          reward=sum(o.correct for o in outcomes) / max(1, len(outcomes)),
                          adapter_before=before, adapter=before,
                          adapter_path=str(self.solver.adapter) if self.solver.adapter else None,
-                         sample_s=round(sample_s, 2))  # fmt: skip
+                         sample_s=round(sample_s, 2), harness=h)  # fmt: skip
         if not accepted:
             rec.skipped = f"no accepted trajectory (0 of {len(outcomes)} samples)"
         else:
