@@ -11,8 +11,10 @@ weights. Schedules (`SCHEDULES`):
 - `fixed`: E epochs, then I iterations, each cycle;
 - `weight-only`, `harness-only`: one kind of phase, E epochs or I iterations per cycle;
 - `stagewise`: N weight phases of E epochs first, then N harness phases of I iterations.
-Every schedule stops after `cycles` cycles or when its budget of training rollouts is spent,
-whichever is first, so that schedules can be compared at the same rollout budget.
+Every schedule stops when its budget of training rollouts is spent, so that schedules can be
+compared at the same rollout budget; fixed and stagewise also after N = `cycles` cycles
+(default 3; a given N caps every schedule), and any schedule after a cycle that spent no
+rollout (a proposer whose every edit fails would otherwise cycle for ever).
 
 Validation never drives switching: the eval split is scored at every phase boundary for the
 curves only, and each read is a line of `reads.jsonl`. Every rollout is one row of the
