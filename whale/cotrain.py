@@ -19,7 +19,7 @@ import json
 import random
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +30,7 @@ from whale.config import above, at_least, one_of, part
 from whale.harness import RuntimeConfig
 from whale.models import ChatModel, ModelConfig, close_model
 from whale.records import RecordError, RunLock, write_atomic
-from whale.revise.run import changed_fields, check_seed, outcome_fingerprint
+from whale.revise.run import check_seed, outcome_fingerprint, refuse_changes
 from whale.revise.store import OutcomeStore
 from whale.schedule import SCHEDULES, Cotrain, ScheduleSettings
 from whale.search.agent import AgentConfig
@@ -121,13 +121,7 @@ def needs_proposer(cfg: CotrainConfig) -> bool:
 
 
 def check_resume(saved: CotrainConfig, requested: CotrainConfig, run_dir: Path) -> None:
-    bad = [c for c in changed_fields(asdict(saved), asdict(requested)) if c[0] not in RESUMABLE]
-    if bad:
-        name, old, new = bad[0]
-        raise cfgmod.ConfigError(
-            f"--resume {run_dir}: {name} was {old!r} when the run started, now {new!r}: it "
-            f"defines the experiment (these may change: {', '.join(sorted(RESUMABLE))})"
-        )
+    refuse_changes(saved, requested, run_dir, RESUMABLE, cfgmod.ConfigError)
 
 
 def make_serving(cfg: CotrainConfig) -> tuple[Any, Path]:

@@ -30,7 +30,6 @@ nothing twice, and the run continues at the step where it was killed.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -259,6 +258,3 @@ class Cotrain:
         self._reads.close()
         self._phases.close()
 
-
-def dumps(obj: Any) -> str:
-    return json.dumps(obj, indent=2, default=str)

@@ -9,7 +9,7 @@ import hashlib
 import json
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -253,21 +253,27 @@ def check_resume(saved: AdaptConfig, requested: AdaptConfig, run_dir: Path) -> N
     grammar, grammar_blocks), `report`, `reward`, `select`, `g`. Only the fields of
     RESUMABLE may change. `rounds` may not change once the eval split was read (more rounds
     would need a second read). Not covered: the content of a `propose.template` file."""
-    changes = changed_fields(asdict(saved), asdict(requested))
-    bad = [c for c in changes if c[0] not in RESUMABLE]
-    if bad:
-        name, old, new = bad[0]
-        more = f" (and {', '.join(c[0] for c in bad[1:])})" if len(bad) > 1 else ""
-        raise ResumeMismatch(
-            f"--resume {run_dir}: {name} was {old!r} when the run started, now {new!r}{more}: "
-            "it defines the experiment, so it cannot change on resume (start a new run); "
-            f"these may: {', '.join(sorted(RESUMABLE))}"
-        )
+    refuse_changes(saved, requested, run_dir, RESUMABLE)
     if saved.rounds != requested.rounds and (run_dir / "eval_read.json").exists():
         raise ResumeMismatch(
             f"--resume {run_dir}: rounds was {saved.rounds}, now {requested.rounds}, but the "
             "eval split was already read for the final harness of the saved rounds; it is read "
             "once (start a new run for more rounds)"
+        )
+
+
+def refuse_changes(saved: Any, requested: Any, run_dir: Path, resumable: Collection[str],
+                   error: type[Exception] = ResumeMismatch) -> None:  # fmt: skip
+    """`error` naming the first field (dotted) of config `requested` that differs from `saved`
+    and is not in `resumable`: what `adapt`, `search` and `cotrain` refuse on resume."""
+    bad = [c for c in changed_fields(asdict(saved), asdict(requested)) if c[0] not in resumable]
+    if bad:
+        name, old, new = bad[0]
+        more = f" (and {', '.join(c[0] for c in bad[1:])})" if len(bad) > 1 else ""
+        raise error(
+            f"--resume {run_dir}: {name} was {old!r} when the run started, now {new!r}{more}: "
+            "it defines the experiment, so it cannot change on resume (start a new run); "
+            f"these may: {', '.join(sorted(resumable))}"
         )
 
 

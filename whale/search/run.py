@@ -23,7 +23,7 @@ from whale.config import at_least, one_of, part
 from whale.harness import RuntimeConfig, make_runtime
 from whale.models import ChatModel, ModelConfig, close_model
 from whale.records import RecordError, RunLock, write_atomic
-from whale.revise.run import changed_fields, check_seed, outcome_fingerprint
+from whale.revise.run import check_seed, outcome_fingerprint, refuse_changes
 from whale.revise.store import OutcomeStore
 from whale.search.agent import AgentConfig, ProposerAgent
 from whale.search.archive import Archive
@@ -85,13 +85,7 @@ def search_splits(task_obj: Task, cfg: SearchConfig) -> tuple[list[Question], li
 
 
 def check_resume(saved: SearchConfig, requested: SearchConfig, run_dir: Path) -> None:
-    bad = [c for c in changed_fields(asdict(saved), asdict(requested)) if c[0] not in RESUMABLE]
-    if bad:
-        name, old, new = bad[0]
-        raise cfgmod.ConfigError(
-            f"--resume {run_dir}: {name} was {old!r} when the run started, now {new!r}: it "
-            f"defines the experiment (these may change: {', '.join(sorted(RESUMABLE))})"
-        )
+    refuse_changes(saved, requested, run_dir, RESUMABLE, cfgmod.ConfigError)
     if saved.iterations != requested.iterations and (run_dir / "eval_read.json").exists():
         raise cfgmod.ConfigError(f"--resume {run_dir}: the eval split was already read for the "
                                  "saved iterations; it is read once")  # fmt: skip

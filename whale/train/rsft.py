@@ -228,10 +228,11 @@ class WeightPhase:
         if (prior is not None and prior.position == position and prior.prompts == len(prompts)
                 and prior.harness == h and prior.adapter_before == self.solver.digest
                 and (prior.adapter_path is None or Path(prior.adapter_path).is_dir())):  # fmt: skip
-            # Finished before a kill, from the same state: the ledger answers every sample
-            # (this marks them used for the budget and starts nothing), and the step's
-            # adapter is on disk.
-            self._sample(harness, k, prompts, tags)
+            # Finished before a kill, from the same state: its samples are in the ledger (they
+            # count for the budget, as they did), and the step's adapter is on disk.
+            self.store.rebind(self.solver.fingerprint, **tags)
+            for g in range(self.settings.g):
+                self.store.mark_used(h, [self._sample_id(q, k, g) for q in prompts])
             self.solver.set_adapter(Path(prior.adapter_path) if prior.adapter_path else None)
             return prior
         t0 = time.monotonic()
@@ -254,6 +255,10 @@ class WeightPhase:
         self.done[k] = rec
         return rec
 
+    @staticmethod
+    def _sample_id(q: Question, k: int, g: int) -> str:
+        return f"{q.id}@w{k}.{g}"
+
     def _sample(self, harness: str, k: int, prompts: list[Question],
                 tags: dict[str, Any]) -> tuple[list[Any], list[Any]]:  # fmt: skip
         self.store.rebind(self.solver.fingerprint, **tags)
@@ -263,7 +268,7 @@ class WeightPhase:
             rt = self.solver.runtime(self.workers, self.settings.temperature,
                                      sample_seed(self.seed, k, g))  # fmt: skip
             try:
-                qs = [dataclasses.replace(q, id=f"{q.id}@w{k}.{g}") for q in prompts]
+                qs = [dataclasses.replace(q, id=self._sample_id(q, k, g)) for q in prompts]
                 ev = self.store.evaluate(rt, harness, self.task, qs, "train", self.workers)
             finally:
                 rt.close()
