@@ -585,7 +585,7 @@ def resume_config(
 
 
 # Registers `whale search`, `whale cotrain` and `whale rsft` on `app`.
-from whale import cli_search, cli_train  # noqa: E402, F401, I001
+from whale import cli_proposer, cli_search, cli_train  # noqa: E402, F401, I001
 
 if __name__ == "__main__":  # python -m whale.cli
     main()

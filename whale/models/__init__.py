@@ -3,6 +3,7 @@ default, a response cache, and the catalog of demo models that ship in registry 
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,6 +69,8 @@ def build_model(cfg: ModelConfig) -> ChatModel:
             name, base_url, api_key=os.environ.get(cfg.api_key_env), retries=cfg.retries,
             timeout_s=cfg.timeout_s,
         )  # fmt: skip
+    elif (Path(name) / PROPOSER_MARKER).is_file():  # a trained proposer (train-proposer)
+        model = trained_adapter(Path(name), cfg)
     elif (Path(name) / "config.json").is_file():  # a transformers checkpoint folder
         from whale.models.hf import TransformersChat
 
@@ -94,6 +97,32 @@ def build_model(cfg: ModelConfig) -> ChatModel:
     return model
 
 
+# A folder `whale train-proposer` writes: a PEFT adapter, its llama.cpp LoRA GGUF and this
+# marker naming the base model (catalog name or .gguf path) and the LoRA file.
+PROPOSER_MARKER = "whale-proposer.json"
+
+
+def trained_adapter(folder: Path, cfg: ModelConfig) -> ChatModel:
+    """The embedded llama.cpp server on the marker's base GGUF with the folder's LoRA GGUF."""
+    try:
+        marker = json.loads((folder / PROPOSER_MARKER).read_text(encoding="utf-8"))
+        base, lora = str(marker["base"]), folder / str(marker["lora"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        where = folder / PROPOSER_MARKER
+        raise ModelNotInstalled(f"{where}: not a proposer marker ({e})") from None
+    if base in CATALOG:
+        if not is_installed(base):
+            raise ModelNotInstalled(f"{folder}: base model {base!r} is not installed: run "
+                                    f"`whale models install {base}`")  # fmt: skip
+        gguf = model_path(base)
+    else:
+        gguf = Path(base)
+    if not gguf.is_file() or not lora.is_file():
+        raise ModelNotInstalled(f"{folder}: base {gguf} or adapter {lora} does not exist")
+    return EmbeddedLlama(gguf, alias=folder.name, n_ctx=cfg.n_ctx, threads=cfg.threads,
+                         timeout_s=cfg.timeout_s, lora=lora)  # fmt: skip
+
+
 def close_model(model: ChatModel | None) -> None:
     close = getattr(model, "close", None)
     if close is not None:
@@ -104,6 +133,6 @@ __all__ = [
     "CATALOG", "CachedModel", "ChatModel", "Completion", "ContextOverflow", "DEFAULT_MODEL",
     "EmbeddedLlama", "Message", "ModelConfig", "ModelError", "ModelNotFound", "ModelNotInstalled",
     "ModelTimeout", "ModelUnreachable", "OpenAICompatible", "Sampling", "TransformersChat",
-    "UnknownModel", "adapter_digest",
+    "PROPOSER_MARKER", "UnknownModel", "adapter_digest", "trained_adapter",
     "build_model", "close_model",
 ]  # fmt: skip

@@ -1,0 +1,1 @@
+"""Training the proposer: revision contexts, teacher data, SFT, GRPO and evaluation."""

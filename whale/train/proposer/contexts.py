@@ -1,0 +1,246 @@
+"""Family splits and revision contexts: what the proposer is trained and evaluated on.
+
+A *revision context* is the proposer's input at one revision step, as the paper defines it: the
+task description, a parent harness and the execution report of that parent on feedback
+questions Q_fb; plus what scores an edit of it: the scoring questions Q_score (disjoint from
+its Q_fb) and the parent's own score on them. Every stage reads the same record: the teacher's
+data, GRPO's prompts and rewards, and the evaluation on unseen families.
+
+Families come in three disjoint lists (`FamilySplits`): SFT families (teacher data), RL
+families (GRPO) and unseen evaluation families. Each family's question pool is split into a
+dev part (a feedback pool and a scoring set, disjoint) and a sealed held-out part; training
+contexts use the dev part only, and `check_no_eval_text` refuses a training corpus that holds
+any held-out question text of any family (checked on the text itself, not assumed from the
+split code). Not covered: paraphrases of held-out questions (a family's generator may well
+produce the same problem in other words; RG families are synthetic and this is rare).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from whale.harness import Runtime, load_harness
+from whale.records import RecordError, read_json, write_atomic
+from whale.revise.proposer import load_template, render, task_tools
+from whale.revise.report import ReportConfig, build_report
+from whale.revise.run import outcome_fingerprint
+from whale.revise.store import OutcomeStore
+from whale.tasks import Question, SealedSplit, Task, TaskConfig, check_disjoint, load_task, split
+from whale.tasks.base import normalize_prompt
+
+# Held-out prompts shorter than this are not looked for in a corpus ("2+2?" occurs anywhere);
+# longer ones must match whole (not inside a longer word or number) wherever they occur.
+MIN_LEAK_CHARS = 8
+
+
+class FamilyOverlap(ValueError):
+    """A family named in two of the SFT / RL / eval lists."""
+
+
+class EvalLeak(ValueError):
+    """A training corpus holds the text of a held-out question."""
+
+
+@dataclass
+class FamilySplits:
+    sft: list[str] = field(default_factory=list)
+    rl: list[str] = field(default_factory=list)
+    eval: list[str] = field(default_factory=list)
+
+    def validate(self) -> None:
+        seen: dict[str, str] = {}
+        for name in ("sft", "rl", "eval"):
+            for fam in getattr(self, name):
+                if not fam.strip():
+                    raise FamilyOverlap(f"{name}: an empty family name")
+                if fam in seen:
+                    where = seen[fam] if seen[fam] != name else f"{name} twice"
+                    raise FamilyOverlap(
+                        f"family {fam!r} is in {where} and {name}: the SFT, RL and eval "
+                        "families must be disjoint lists (the eval families are unseen)"
+                    )
+                seen[fam] = name
+
+    def all(self) -> list[str]:
+        return [*self.sft, *self.rl, *self.eval]
+
+
+@dataclass
+class ContextSettings:
+    dev: int = 25  # per family: feedback pool + scoring set
+    score: int = 12  # of the dev questions, these score edits; the rest are the feedback pool
+    eval: int = 75  # per family, sealed
+    feedback: int = 8  # |Q_fb| of one context, drawn from the feedback pool
+    contexts: int = 4  # contexts per family and seed harness (independent Q_fb draws)
+    seeds: list[str] = field(default_factory=lambda: ["single_call"])
+    template: str = "proposer.txt"
+    report: ReportConfig = field(default_factory=ReportConfig)
+    task_seed: int = 0  # each family's question generator
+    seed: int = 0  # splits and draws
+
+    def validate(self) -> None:
+        for name in ("dev", "score", "eval", "feedback", "contexts"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1")
+        if self.score >= self.dev:
+            raise ValueError(f"score ({self.score}) must be below dev ({self.dev}): the rest "
+                             "of the dev questions are the feedback pool")  # fmt: skip
+        if not self.seeds:
+            raise ValueError("seeds: name at least one seed harness")
+
+
+@dataclass(frozen=True)
+class RevisionContext:
+    id: str  # "<family>/<parent hash>/<draw>"
+    family: str
+    parent_hash: str
+    parent_source: str
+    feedback_ids: tuple[str, ...]
+    scoring_ids: tuple[str, ...]
+    report: str
+    prompt: str  # the proposer's user message
+    parent_score: float  # J(parent; scoring questions)
+    step: int = 0  # multistep: how many times this parent was advanced
+
+    @staticmethod
+    def from_dict(row: dict[str, Any], where: str) -> RevisionContext:
+        try:
+            row = dict(row)
+            row["feedback_ids"] = tuple(row["feedback_ids"])
+            row["scoring_ids"] = tuple(row["scoring_ids"])
+            ctx = RevisionContext(**row)
+        except (TypeError, KeyError) as e:
+            raise RecordError(f"{where}: not a revision context ({e})") from None
+        if set(ctx.feedback_ids) & set(ctx.scoring_ids):
+            raise RecordError(f"{where}: context {ctx.id} scores on its own feedback questions")
+        return ctx
+
+
+@dataclass
+class Family:
+    """One family's task, splits and rollout ledger (`rollouts/<family>/` of the run)."""
+
+    id: str
+    task: Task
+    feedback_pool: list[Question]
+    scoring: list[Question]
+    held_out: SealedSplit
+    store: OutcomeStore
+    by_id: dict[str, Question]
+
+    def questions(self, ids: Iterable[str]) -> list[Question]:
+        return [self.by_id[i] for i in ids]
+
+
+def family_dir(run_dir: Path, family: str) -> Path:
+    return run_dir / "rollouts" / re.sub(r"[^A-Za-z0-9_.-]+", "_", family)
+
+
+def open_family(family: str, cfg: ContextSettings, run_dir: Path, solver: Any,
+                runtime_cfg: Any) -> Family:  # fmt: skip
+    """Load `family` and split it: dev (feedback pool + scoring set) and the sealed held-out
+    part, disjoint by id and normalized text. `solver` (a ModelConfig) and `runtime_cfg` go
+    into the ledger's fingerprint."""
+    # Generated pools repeat some questions (duplicates are dropped by the split): draw more.
+    size = (cfg.dev + cfg.eval) * 3 // 2 + 10
+    tcfg = TaskConfig(id=family, size=size, seed=cfg.task_seed)
+    task = load_task(family, size=size, seed=cfg.task_seed)
+    fingerprint = outcome_fingerprint(tcfg, solver, runtime_cfg)
+    return family_of(family, task, cfg, family_dir(run_dir, family), fingerprint)
+
+
+def family_of(family: str, task: Task, cfg: ContextSettings, fdir: Path,
+              fingerprint: str = "") -> Family:  # fmt: skip
+    """Split `task`'s pool: scoring set, feedback pool, sealed held-out part (disjoint)."""
+    parts = split(task.questions(), {"dev": cfg.dev, "eval": cfg.eval},
+                  random.Random(f"{cfg.seed}:{family}"))  # fmt: skip
+    dev, held = parts["dev"], parts["eval"]
+    scoring, pool = dev[: cfg.score], dev[cfg.score :]
+    check_disjoint({"feedback": pool, "score": scoring, "eval": held})
+    store = OutcomeStore(fdir, fingerprint)
+    by_id = {q.id: q for q in dev}
+    return Family(family, task, pool, scoring, SealedSplit(held, fdir / "eval_read.json"), store,
+                  by_id)  # fmt: skip
+
+
+def held_out_texts(families: Iterable[Family]) -> list[str]:
+    """The normalized prompt of every held-out question of `families` (read without opening
+    the sealed split: the texts are only looked for, never shown or scored)."""
+    return [normalize_prompt(q.prompt) for f in families for q in f.held_out._questions]
+
+
+def check_no_eval_text(texts: Iterable[str], held_out: Sequence[str]) -> None:
+    """EvalLeak if any text holds a held-out question's prompt (normalized, 8+ chars, not
+    inside a longer word or number: "what is 3 + 7?" is not in "what is 13 + 7?")."""
+    needles = [h for h in set(held_out) if len(h) >= MIN_LEAK_CHARS]
+    for n, text in enumerate(texts):
+        norm = normalize_prompt(text)
+        for h in needles:
+            at = norm.find(h)
+            while at >= 0:
+                before = norm[at - 1] if at > 0 else " "
+                after = norm[at + len(h)] if at + len(h) < len(norm) else " "
+                if not (_word(before) and _word(h[0])) and not (_word(after) and _word(h[-1])):
+                    raise EvalLeak(
+                        f"training text {n} holds the held-out question {h[:60]!r}: no "
+                        "eval-split question of any family may enter a training corpus"
+                    )
+                at = norm.find(h, at + 1)
+
+
+def _word(c: str) -> bool:
+    return c.isalnum() or c == "_"
+
+
+def make_context(family: Family, runtime: Runtime, parent: str, q_fb: Sequence[Question],
+                 template: str, report_cfg: ReportConfig, workers: int, draw: str,
+                 step: int = 0) -> RevisionContext:  # fmt: skip
+    """Run `parent` on Q_fb (the report) and on the scoring set (its score)."""
+    store, task = family.store, family.task
+    fb = store.evaluate(runtime, parent, task, q_fb, "feedback", workers)
+    report = build_report(task, q_fb, fb.outcomes, fb.trajectories, report_cfg)
+    prompt = render(template, task.description, parent, report, runtime.budget, task_tools(task))
+    parent_eval = store.evaluate(runtime, parent, task, family.scoring, "score", workers)
+    h = store.save_harness(parent)
+    return RevisionContext(
+        f"{family.id}/{h}/{draw}", family.id, h, parent, tuple(q.id for q in q_fb),
+        tuple(q.id for q in family.scoring), report, prompt, parent_eval.score, step,
+    )  # fmt: skip
+
+
+def build_contexts(family: Family, runtime: Runtime, cfg: ContextSettings, workers: int,
+                   say: Callable[[str], None] = lambda s: None,
+                   ) -> list[RevisionContext]:  # fmt: skip
+    """`cfg.contexts` contexts per seed harness: independent Q_fb draws from the feedback pool.
+    Draws are seeded by (seed, family, harness, draw), so a rerun makes the same contexts and
+    the ledger answers their rollouts."""
+    template = load_template(cfg.template)
+    out = []
+    for name in cfg.seeds:
+        parent = load_harness(name)
+        for d in range(cfg.contexts):
+            # by the harness's file stem, not its path: a moved seed file draws the same Q_fb
+            rng = random.Random(f"{cfg.seed}:{family.id}:{Path(name).stem}:{d}")
+            q_fb = rng.sample(family.feedback_pool, min(cfg.feedback, len(family.feedback_pool)))
+            ctx = make_context(family, runtime, parent, q_fb, template, cfg.report, workers,
+                               f"{Path(name).stem}.{d}")  # fmt: skip
+            say(f"{family.id}: context {ctx.id} (parent J {ctx.parent_score:.3f})")
+            out.append(ctx)
+    return out
+
+
+def save_contexts(path: Path, contexts: Sequence[RevisionContext]) -> None:
+    write_atomic(path, json.dumps([asdict(c) for c in contexts], indent=1))
+
+
+def load_contexts(path: Path) -> list[RevisionContext]:
+    rows = read_json(path)
+    if not isinstance(rows, list):
+        raise RecordError(f"{path}: not a list of contexts")
+    return [RevisionContext.from_dict(r, f"{path}[{i}]") for i, r in enumerate(rows)]

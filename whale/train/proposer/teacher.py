@@ -1,0 +1,201 @@
+"""Teacher data: a teacher model's edits, executed, filtered and screened (the paper's SFT data).
+
+For every revision context of the SFT families the teacher (any `ChatModel`, through the same
+`Proposer` prompt the student will see) proposes `g` edits. Each one is applied and, unless a
+pre-screen stops it (interface violations, answer echo: see `reward.candidate_of`), executed
+on the context's scoring questions. It is kept only if
+
+    J(candidate) >= J(parent) + min_gain   and   J(candidate) >= min_score
+
+(the paper's 0.08 and 0.40), then passes the post-screens: duplicate code against the examples
+already kept (`code_screens.DuplicateScreen`) and, when a reviewer model is configured, a
+reviewer's check for oracle access (`code_screens.ReviewerScreen`). Every proposal is one row
+of `candidates.jsonl` with its outcome and, when rejected, the reason; the kept ones are a
+`datasets` dataset of (prompt, completion) in conversational form, saved to `dataset/`.
+
+Resume: proposals are stored per context (`proposals/<n>.json`, finished ones only) and reused;
+rollouts come from the family ledgers. Not covered: a teacher whose edits span several rounds
+(the paper's teacher proposes once per context, as here).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from whale.harness import Runtime
+from whale.records import RecordError, read_json, write_atomic
+from whale.revise.code_screens import DuplicateScreen, ReviewerScreen
+from whale.revise.proposer import Proposal, Proposer
+from whale.revise.screens import AnswerEchoScreen
+from whale.train.proposer.contexts import (
+    Family,
+    RevisionContext,
+    check_no_eval_text,
+)
+from whale.train.proposer.reward import EditResult, score_edit
+
+
+@dataclass
+class TeacherSettings:
+    g: int = 8  # proposals per context
+    min_gain: float = 0.08  # over the parent (the seed) on the scoring questions
+    min_score: float = 0.40  # absolute
+    duplicate_threshold: float = 0.95
+    seed: int = 0
+
+    def validate(self) -> None:
+        if self.g < 1:
+            raise ValueError("g must be >= 1")
+        if not 0.0 <= self.min_score <= 1.0 or not -1.0 <= self.min_gain <= 1.0:
+            raise ValueError("min_score must be in [0, 1] and min_gain in [-1, 1]")
+        if not 0.0 < self.duplicate_threshold <= 1.0:
+            raise ValueError("duplicate_threshold must be in (0, 1]")
+
+
+@dataclass
+class TeacherRow:
+    context: str
+    family: str
+    index: int
+    kept: bool
+    reason: str  # "" when kept
+    parent_score: float
+    result: dict[str, Any]  # the EditResult
+    text: str
+
+
+def filter_reason(res: EditResult, parent_score: float, s: TeacherSettings) -> str | None:
+    """Why an executed edit misses the score bars (None when it clears both)."""
+    if not res.valid or res.score is None:
+        return res.reason or "not scored"
+    if res.score < parent_score + s.min_gain - 1e-9:
+        return (f"filter: score {res.score:.3f} < parent {parent_score:.3f} + "
+                f"{s.min_gain:.2f}")  # fmt: skip
+    if res.score < s.min_score - 1e-9:
+        return f"filter: score {res.score:.3f} < {s.min_score:.2f} absolute"
+    return None
+
+
+def context_file(ctx: RevisionContext) -> str:
+    """A file name for `ctx`'s proposals: its id made safe, and its prompt's digest (a stored
+    proposal answers this very prompt, not one that shares the id)."""
+    import hashlib
+    import re
+
+    digest = hashlib.sha256(ctx.prompt.encode()).hexdigest()[:12]
+    return f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', ctx.id)}-{digest}"
+
+
+def stored_proposals(path: Path, proposer: Proposer, ctx: RevisionContext, g: int,
+               seed: int) -> list[Proposal]:  # fmt: skip
+    done: dict[int, Proposal] = {}
+    if path.exists():
+        rows = read_json(path)
+        if not isinstance(rows, list):
+            raise RecordError(f"{path}: not a list of proposals")
+        for row in rows:
+            try:
+                i = int(row.pop("index"))
+                done[i] = Proposal(**row)
+            except (TypeError, KeyError, ValueError, AttributeError) as e:
+                raise RecordError(f"{path}: not a proposal ({e})") from None
+    for i in range(g):
+        if i not in done:
+            p = proposer.propose(ctx.prompt, 1, seed + i, ctx.parent_source)[0]
+            if p.error is None:  # a failed call is asked again on resume
+                done[i] = p
+                write_atomic(path, json.dumps([{"index": k, **asdict(v)}
+                                               for k, v in sorted(done.items())]))  # fmt: skip
+            else:
+                done[i] = p
+    return [done[i] for i in range(g)]
+
+
+def teacher_data(contexts: Sequence[RevisionContext], families: Mapping[str, Family],
+                 runtime: Runtime, teacher: Proposer, s: TeacherSettings, out: Path,
+                 echo: Mapping[str, AnswerEchoScreen], held_out: Sequence[str],
+                 workers: int = 2, reviewer: ReviewerScreen | None = None,
+                 say: Callable[[str], None] = lambda m: None) -> dict[str, Any]:  # fmt: skip
+    """Run the teacher over `contexts`; write candidates.jsonl, kept.jsonl, dataset/ and
+    summary.json under `out`; return the summary. `held_out`: normalized held-out prompts of
+    every family (the kept set is refused if it holds one: `check_no_eval_text`)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "proposals").mkdir(exist_ok=True)
+    dupes = DuplicateScreen(s.duplicate_threshold)
+    rows: list[TeacherRow] = []
+    for n, ctx in enumerate(contexts):
+        fam = families[ctx.family]
+        props = stored_proposals(out / "proposals" / f"{context_file(ctx)}.json", teacher, ctx,
+                                 s.g, s.seed * 100_000 + n * 100)  # fmt: skip
+        kept_here = 0
+        for i, p in enumerate(props):
+            if p.error is not None:
+                res = EditResult(ctx.id, False, f"teacher: {p.error}", "teacher", None, False,
+                                 False, 0.0, None, 0.0)  # fmt: skip
+            else:
+                res = score_edit(ctx, p.text, fam, runtime, workers, echo.get(ctx.family))
+            why = filter_reason(res, ctx.parent_score, s)
+            if why is None:
+                source = fam.store.harness(res.hash) if res.hash else ""
+                why = dupes.check(source)
+                if why is None and reviewer is not None:
+                    why = reviewer.check(source, fam.task.description)
+                if why is None:
+                    dupes.add(f"{ctx.id}#{i}", source)
+                    kept_here += 1
+            rows.append(TeacherRow(ctx.id, ctx.family, i, why is None, why or "",
+                                   ctx.parent_score, asdict(res), p.text))  # fmt: skip
+        say(f"teacher: context {n + 1}/{len(contexts)} {ctx.id}: {kept_here}/{len(props)} kept")
+    kept = [r for r in rows if r.kept]
+    prompts = {c.id: c.prompt for c in contexts}
+    check_no_eval_text([prompts[r.context] + "\n" + r.text for r in kept], held_out)
+    write_atomic(out / "candidates.jsonl",
+                 "".join(json.dumps(asdict(r)) + "\n" for r in rows))  # fmt: skip
+    records = [sft_record(prompts[r.context], r.text, r.family, r.context) for r in kept]
+    write_atomic(out / "kept.jsonl", "".join(json.dumps(r) + "\n" for r in records))
+    save_dataset(records, out / "dataset")
+    reasons = Counter(_reason_kind(r.reason) for r in rows if not r.kept)
+    summary = {
+        "contexts": len(contexts), "proposals": len(rows), "kept": len(kept),
+        "kept_per_family": dict(Counter(r.family for r in kept)),
+        "rejected": dict(sorted(reasons.items())),
+        "mean_kept_gain": (sum((r.result["score"] or 0.0) - r.parent_score for r in kept)
+                           / len(kept)) if kept else None,
+    }  # fmt: skip
+    write_atomic(out / "summary.json", json.dumps(summary, indent=2))
+    return summary
+
+
+REASON_KINDS = ("teacher", "apply", "interface", "answer_echo", "filter", "duplicate", "reviewer")
+
+
+def _reason_kind(reason: str) -> str:
+    """The screen or filter a rejection reason names (its first word)."""
+    return next((k for k in REASON_KINDS if reason.startswith(k)), "other") if reason else "kept"
+
+
+def sft_record(prompt: str, completion: str, family: str, context: str) -> dict[str, Any]:
+    return {"prompt": [{"role": "user", "content": prompt}],
+            "completion": [{"role": "assistant", "content": completion}],
+            "family": family, "context": context}  # fmt: skip
+
+
+def save_dataset(records: Sequence[dict[str, Any]], path: Path) -> None:
+    from datasets import Dataset
+
+    cols = ("prompt", "completion", "family", "context")
+    ds = Dataset.from_dict({c: [r[c] for r in records] for c in cols})
+    ds.save_to_disk(str(path))
+
+
+def load_dataset_dir(path: Path) -> Any:
+    from datasets import load_from_disk
+
+    if not path.is_dir():
+        raise RecordError(f"{path}: no teacher dataset (run `whale train-proposer sft` first)")
+    return load_from_disk(str(path))
