@@ -470,7 +470,7 @@ def adapt_cmd(
     harness: str = typer.Option(None, "--harness", help="seed harness name or path"),
     solver: str = typer.Option(None, "--solver", help="solver model (catalog, .gguf, NAME@URL)"),
     proposer: str = typer.Option(
-        None, "--proposer", help="proposer model (catalog, .gguf, NAME@URL)"
+        None, "--proposer", help="proposer model (catalog, .gguf, NAME@URL, trained folder)"
     ),
     rounds: int = typer.Option(None, "--rounds"),
     g: int = typer.Option(None, "--g", help="proposals per round"),

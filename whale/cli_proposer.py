@@ -18,6 +18,7 @@ from whale import interrupts
 from whale.cli import app, err, fail, hold_run_dir, load_config, new_run_dir, out
 from whale.models import ModelError
 from whale.records import RecordError
+from whale.tasks import EvalAlreadyRead
 
 proposer_app = typer.Typer(no_args_is_help=True, help="Train the proposer: sft, grpo, evaluate.")
 app.add_typer(proposer_app, name="train-proposer")
@@ -34,6 +35,8 @@ def _config(run: Path | None, config: Path | None, set_: list[str], flags: dict[
 
     if unsafe:
         flags["runtime.sandbox"] = "unsafe"
+    if run is not None and run.exists() and not run.is_dir():
+        fail(f"--run {run}: exists and is not a directory")
     tree: dict[str, Any] = {}
     if run is not None and (run / "config.toml").is_file():
         tree = cfgmod.to_dict(load_config(ProposerTrainConfig, run / "config.toml", [], {}))
@@ -45,7 +48,11 @@ def _config(run: Path | None, config: Path | None, set_: list[str], flags: dict[
         for p in parents:
             node = node.setdefault(p, {})
         node[last] = value
-    return load_config(ProposerTrainConfig, config, set_, tree)
+    cfg = load_config(ProposerTrainConfig, config, set_, tree)
+    if cfg.runtime.sandbox == "unsafe" and not unsafe:  # as `whale adapt`: only by the flag
+        fail("runtime.sandbox = 'unsafe' runs model-written code WITHOUT isolation: give "
+             "--unsafe-no-sandbox to mean it (every command of the run needs it)")
+    return cfg
 
 
 def _go(stage: str, run: Path | None, cfg: Any, as_json: bool) -> None:
@@ -54,7 +61,7 @@ def _go(stage: str, run: Path | None, cfg: Any, as_json: bool) -> None:
     if run is None:
         if stage != "sft":
             fail(f"train-proposer {stage}: --run DIR (the directory `sft` made) is required")
-        run = new_run_dir(cfg.out, "train-proposer", "-".join(cfg.families.sft) or "none")
+        run = new_run_dir(cfg.out, "train-proposer", f"{len(cfg.families.sft)}-families")
     else:
         if stage != "sft" and not (run / "config.toml").is_file():
             fail(f"--run {run}: no config.toml there (start with `whale train-proposer sft`)")
@@ -66,7 +73,7 @@ def _go(stage: str, run: Path | None, cfg: Any, as_json: bool) -> None:
     try:
         runmod.open_run(cfg, run)
         result = fn(cfg, run, say)
-    except (RecordError, ModelError, ValueError) as e:
+    except (RecordError, ModelError, ValueError, EvalAlreadyRead, OSError) as e:
         fail(str(e))
     except KeyboardInterrupt:
         interrupts.stopped(f"`whale train-proposer {stage} --run {run}` continues")

@@ -33,7 +33,9 @@ def search_cmd(
     task: str = typer.Option(None, "--task", help="task id, e.g. rg:basic_arithmetic"),
     harness: str = typer.Option(None, "--harness", help="seed harness name or path"),
     solver: str = typer.Option(None, "--solver", help="solver model (catalog, .gguf, NAME@URL)"),
-    proposer: str = typer.Option(None, "--proposer", help="proposer agent's model"),
+    proposer: str = typer.Option(
+        None, "--proposer", help="proposer agent's model (also a trained adapter folder)"
+    ),
     iterations: int = typer.Option(None, "--iterations", help="search iterations I"),
     m: int = typer.Option(None, "--m", help="candidates per iteration M"),
     patience: str = typer.Option(

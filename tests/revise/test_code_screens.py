@@ -280,3 +280,14 @@ def test_screen_candidate_reports_a_reviewer_reject():
     assert screen_candidate(BASE, SEED, reviewer=reviewer) == [
         ("reviewer", "reviewer: hard-codes answers")
     ]
+
+
+@pytest.mark.parametrize(
+    "prelude",
+    ["open = open\n", "_ = [0 for open in ()]\n", "eval = eval\n",
+     "def _r(p, open=open):\n    return p\n",
+     "try:\n    pass\nexcept Exception as open:\n    pass\nx = open('/etc/passwd')\n"],
+)  # fmt: skip
+def test_rebinding_an_escape_builtin_does_not_hide_it(prelude):
+    seed = "def run(question, env):\n    return env.llm(question).text\n"
+    assert any("builtin escape" in v for v in interface_violations(prelude + seed, seed))

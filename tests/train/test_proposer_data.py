@@ -216,3 +216,48 @@ def test_the_leak_check_does_not_match_inside_a_longer_number():
     check_no_eval_text(["What is 13 + 7? And what is 3 + 71?"], held)
     with pytest.raises(EvalLeak):
         check_no_eval_text(["Q: What is 3 + 7? A: 10"], held)
+
+
+def test_the_leak_check_sees_a_prompt_shown_with_repr():
+    q = "How many e are in\nthe text: apple pie?"
+    with pytest.raises(EvalLeak):
+        check_no_eval_text(["messages: " + repr([{"content": q}])], [normalize_prompt(q)])
+
+
+def test_a_resumed_reward_keeps_the_best_found_and_numbers_calls_on(setup, tmp_path):
+    cfg, fam, rt = setup
+    ctxs = build_contexts(fam, rt, cfg, workers=2)
+    first = ExecutionReward(ctxs, {FAMILY: fam}, rt, tmp_path / "rewards.jsonl")
+    first([ctxs[0].id, ctxs[1].id], [GOOD_EDIT, BAD_EDIT])
+    first.close()
+    again = ExecutionReward(ctxs, {FAMILY: fam}, rt, tmp_path / "rewards.jsonl")
+    assert again.best[ctxs[0].id][0] == 1.0 and "re.findall" in again.best[ctxs[0].id][1]
+    assert again.best[ctxs[1].id][0] == 0.0
+    again([ctxs[0].id], [BAD_EDIT])
+    again.close()
+    calls = [json.loads(x)["call"] for x in (tmp_path / "rewards.jsonl").read_text().splitlines()]
+    assert calls == [1, 1, 2]
+
+
+def test_a_failed_teacher_call_leaves_the_stage_unfinished(setup, tmp_path):
+    from whale.models import ModelTimeout
+    from whale.records import RecordError
+
+    cfg, fam, rt = setup
+    ctxs = build_contexts(fam, rt, cfg, workers=2)[:1]
+
+    class Down:
+        name = "down"
+
+        def chat(self, messages, sampling, timeout=None):
+            raise ModelTimeout("no reply")
+
+    out = tmp_path / "teacher"
+    with pytest.raises(RecordError, match="failed"):
+        teacher_data(ctxs, {FAMILY: fam}, rt, Proposer(Down()), TeacherSettings(g=2), out,
+                     {}, held_out_texts([fam]))  # fmt: skip
+    assert not (out / "summary.json").exists() and (out / "candidates.jsonl").exists()
+    teacher = Proposer(ScriptedModel([GOOD_EDIT]), ProposerConfig(concurrency=1))
+    summary = teacher_data(ctxs, {FAMILY: fam}, rt, teacher, TeacherSettings(g=2), out, {},
+                           held_out_texts([fam]))  # fmt: skip
+    assert summary["proposals"] == 2 and summary["kept"] == 1  # asked again, then kept

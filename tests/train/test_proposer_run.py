@@ -56,6 +56,7 @@ def test_overlapping_families_are_a_config_error():
 def test_a_started_stage_fixes_its_section_but_a_later_stage_may_still_change(tmp_path):
     saved = ProposerTrainConfig()
     (tmp_path / "teacher").mkdir()  # sft started
+    (tmp_path / "rollouts").mkdir()
     changed = cfgmod.build(ProposerTrainConfig, {"grpo": {"updates": 3}, "workers": 4})
     check_stage_changes(saved, changed, tmp_path)  # grpo not started; workers is free
     with pytest.raises(RecordError, match="filter.min_score"):
@@ -90,3 +91,38 @@ def test_a_broken_proposer_marker_is_refused_by_name(tmp_path):
                                                               "lora": "adapter.gguf"}))
     with pytest.raises(ModelNotInstalled, match="does not exist"):
         build_model(ModelConfig(name=str(tmp_path), cache=False))
+
+
+def test_before_anything_ran_even_the_families_may_change(tmp_path):
+    saved = ProposerTrainConfig()
+    changed = cfgmod.build(ProposerTrainConfig, {"families": {"sft": ["rg:maze"]}})
+    check_stage_changes(saved, changed, tmp_path)  # config.toml only: a typo may be fixed
+    (tmp_path / "rollouts").mkdir()
+    with pytest.raises(RecordError, match="families.sft"):
+        check_stage_changes(saved, changed, tmp_path)
+
+
+def test_the_cli_refuses_an_unsandboxed_config_without_the_flag(tmp_path):
+    from typer.testing import CliRunner
+
+    from whale.cli import app
+
+    r = CliRunner().invoke(app, ["train-proposer", "sft", "--run", str(tmp_path / "r"),
+                                 "--set", "runtime.sandbox=unsafe"])  # fmt: skip
+    assert r.exit_code == 2 and "--unsafe-no-sandbox" in r.output
+    assert not (tmp_path / "r").exists()
+
+
+def test_the_cli_names_bad_family_lists_and_a_missing_run(tmp_path):
+    from typer.testing import CliRunner
+
+    from whale.cli import app
+
+    runner = CliRunner()
+    r = runner.invoke(app, ["train-proposer", "sft", "--run", str(tmp_path / "r"),
+                            "--sft-families", "rg:gcd", "--eval-families", "rg:gcd"])  # fmt: skip
+    assert r.exit_code == 2 and "rg:gcd" in r.output
+    r = runner.invoke(app, ["train-proposer", "grpo"])
+    assert r.exit_code == 2 and "--run" in r.output
+    r = runner.invoke(app, ["train-proposer", "evaluate", "--run", str(tmp_path / "none")])
+    assert r.exit_code == 2 and "config.toml" in r.output

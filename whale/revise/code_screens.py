@@ -7,7 +7,8 @@ line) or nothing:
 - `interface_violations`: the `run` contract (`whale.harness.contract`), a `run` whose
   parameters differ from the parent's, forbidden imports (`FORBIDDEN_MODULES`, by `import`,
   `from`, `__import__(...)` or `importlib`; an import the parent had does not count), builtins
-  that reach files, code or namespaces (`ESCAPE_BUILTINS`, unless the name is rebound in scope),
+  that reach files, code or namespaces (`ESCAPE_BUILTINS`: any occurrence of the name, except
+  `input`, `help` and `locals` when the harness binds them itself),
   interpreter internals (`DUNDER_ATTRS`, dunder names, `getattr(x, "__...__")`, frame
   attributes, `"{0.__class__}".format`), modules reached through attributes (`random._os`,
   `re.enum.sys`, private attributes of imported modules) and the environment or network
@@ -64,6 +65,9 @@ FRAME_ATTRS = frozenset(
 )
 ENVIRONMENT_NAMES = frozenset({"environ", "environb", "getenv", "putenv", "socket"})
 _ALLOWED_DUNDER_NAMES = frozenset({"__name__", "__doc__"})
+# Escape builtins a harness may use as its own names (a parameter `input`, a `help` text);
+# the others are flagged wherever they occur.
+_REBINDABLE = frozenset({"input", "help", "locals"})
 _GETATTR = frozenset({"getattr", "setattr", "delattr", "hasattr", "attrgetter", "methodcaller"})
 _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 _FORMAT_DUNDER = re.compile(r"\{[^{}]*\.\s*_")
@@ -192,7 +196,11 @@ def interface_violations(source: str, parent: str | None = None) -> list[str]:
                for b in _bindings(n)}  # fmt: skip
     for node, chain in nodes:
         if isinstance(node, ast.Name):
-            if node.id in ESCAPE_BUILTINS and not any(node.id in bound.get(s, ()) for s in chain):
+            if node.id in ESCAPE_BUILTINS and node.id not in _REBINDABLE:
+                # any use, even of a "rebound" name: `open = open`, `except E as open`, a
+                # comprehension target or a default `open=open` all keep the builtin in reach
+                flag(node, "builtin escape", node.id)
+            elif node.id in _REBINDABLE and not any(node.id in bound.get(s, ()) for s in chain):
                 if node.id != "locals" or len(chain) == 1:  # locals() in a function is its own
                     flag(node, "builtin escape", node.id)
             elif node.id.startswith("__") and node.id not in _ALLOWED_DUNDER_NAMES:

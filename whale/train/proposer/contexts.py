@@ -12,7 +12,8 @@ dev part (a feedback pool and a scoring set, disjoint) and a sealed held-out par
 contexts use the dev part only, and `check_no_eval_text` refuses a training corpus that holds
 any held-out question text of any family (checked on the text itself, not assumed from the
 split code). Not covered: paraphrases of held-out questions (a family's generator may well
-produce the same problem in other words; RG families are synthetic and this is rare).
+produce the same problem in other words; RG families are synthetic and this is rare), and a
+held-out prompt shown only in part (cut by the report's clipping).
 """
 
 from __future__ import annotations
@@ -180,7 +181,9 @@ def check_no_eval_text(texts: Iterable[str], held_out: Sequence[str]) -> None:
     inside a longer word or number: "what is 3 + 7?" is not in "what is 13 + 7?")."""
     needles = [h for h in set(held_out) if len(h) >= MIN_LEAK_CHARS]
     for n, text in enumerate(texts):
-        norm = normalize_prompt(text)
+        # the report shows model calls with repr(): undo its escapes, or "\\n" would become
+        # the letter n and hide a prompt written across lines
+        norm = normalize_prompt(_ESCAPES.sub(lambda m: _UNESCAPE.get(m.group(1), " "), text))
         for h in needles:
             at = norm.find(h)
             while at >= 0:
@@ -192,6 +195,10 @@ def check_no_eval_text(texts: Iterable[str], held_out: Sequence[str]) -> None:
                         "eval-split question of any family may enter a training corpus"
                     )
                 at = norm.find(h, at + 1)
+
+
+_ESCAPES = re.compile(r"\\([ntr'\"\\])")
+_UNESCAPE = {"n": "\n", "t": "\t", "r": "\r", "'": "'", '"': '"', "\\": "\\"}
 
 
 def _word(c: str) -> bool:

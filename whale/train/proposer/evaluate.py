@@ -21,6 +21,7 @@ Nothing here chooses anything: the held-out split is read after every harness is
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import statistics
@@ -31,7 +32,7 @@ from typing import Any
 
 from whale.harness import Runtime, load_harness
 from whale.models import ChatModel
-from whale.records import write_atomic
+from whale.records import RecordError, write_atomic
 from whale.revise.loop import LoopSettings, revise
 from whale.revise.proposer import Proposer, ProposerConfig
 from whale.train.proposer.contexts import ContextSettings, Family, RevisionContext, make_context
@@ -113,15 +114,19 @@ def _plan(name: str, model: ChatModel, fam: Family, runtime: Runtime, cs: Contex
     ctx = make_context(fam, runtime, seed_src, q_fb, load_template(cs.template), cs.report,
                        workers, "evaluate")  # fmt: skip
     proposer = Proposer(model, pcfg)
-    d = out / name / fam.id.replace(":", "_")
+    # by the model's identity too (a served adapter's name carries its digest): "trained"
+    # after a later grpo is another model, and its proposals are not the stored ones
+    ident = hashlib.sha256(model.name.encode()).hexdigest()[:10]
+    d = out / f"{name}-{ident}" / fam.id.replace(":", "_")
     d.mkdir(parents=True, exist_ok=True)
     props = stored_proposals(d / "proposals.json", proposer, ctx, es.g, es.seed * 1000)
     echo = echo_screen(fam, seed_src)
     sources, reasons = {}, {}
+    failed = [p for p in props if p.error is not None]
+    if failed:  # a timeout is not a bad edit: the reading would mix the two
+        raise RecordError(f"evaluate {name} on {fam.id}: {len(failed)} proposal(s) failed "
+                          f"({failed[0].error}); run evaluate again to ask for them")  # fmt: skip
     for i, p in enumerate(props):
-        if p.error is not None:
-            reasons[i] = f"proposer: {p.error}"
-            continue
         src, bad = candidate_of(ctx, p.text, echo)
         if src is None:
             reasons[i] = bad.reason if bad is not None else "invalid"

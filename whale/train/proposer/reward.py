@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from whale.harness import Runtime, harness_hash
-from whale.records import JsonlWriter
+from whale.records import JsonlWriter, iter_jsonl
 from whale.revise.code_screens import interface_violations
 from whale.revise.edits import apply_edits
 from whale.revise.screens import AnswerEchoScreen, screen_questions
@@ -115,12 +115,27 @@ class ExecutionReward:
         self.families, self.runtime, self.weights = families, runtime, weights
         self.workers = workers
         self.echo = dict(echo or {})
-        self.log = JsonlWriter(log)
         self.calls = 0
         self.solver_s = 0.0
         self.run_s = 0.0
         self.best: dict[str, tuple[float, str]] = {}  # context -> (score, candidate source)
         self._lock = threading.Lock()
+        self._resume(log)
+        self.log = JsonlWriter(log)
+
+    def _resume(self, log: Path) -> None:
+        """A resumed phase keeps what its earlier samples found (the multistep advance reads
+        `best`) and numbers its calls on from the log's last one. Rows of an update killed
+        before its checkpoint stay in the log (their rollouts stay paid); `call` tells them
+        apart from the redone update's."""
+        for _, row in iter_jsonl(log):
+            self.calls = max(self.calls, int(row.get("call") or 0))
+            ctx = self.contexts.get(str(row.get("context")))
+            score, h = row.get("score"), row.get("hash")
+            if ctx is None or not row.get("valid") or not isinstance(score, int | float) or not h:
+                continue
+            if score > self.best.get(ctx.id, (-1.0, ""))[0]:
+                self.best[ctx.id] = (float(score), self.families[ctx.family].store.harness(h))
 
     def add_contexts(self, contexts: Sequence[RevisionContext]) -> None:
         self.contexts.update({c.id: c for c in contexts})

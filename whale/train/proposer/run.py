@@ -113,6 +113,8 @@ class ProposerTrainConfig:
 def check_stage_changes(saved: ProposerTrainConfig, now: ProposerTrainConfig,
                         run_dir: Path) -> None:  # fmt: skip
     """RecordError naming the first changed field that a started stage's records depend on."""
+    if not (run_dir / "rollouts").exists() and not (run_dir / "contexts").exists():
+        return  # nothing was run yet (a typo in a family name, say): anything may change
     open_sections = {s for stage, secs in _STAGE_SECTIONS.items()
                      if not (run_dir / _stage_dir(stage)).exists() for s in secs}  # fmt: skip
     for name, old, new in changed_fields(asdict(saved), asdict(now)):
@@ -203,6 +205,8 @@ def run_sft(cfg: ProposerTrainConfig, run_dir: Path,
             say: Callable[[str], None] = print) -> dict[str, Any]:  # fmt: skip
     from whale.train.proposer.sft import cross_validate, train_sft
 
+    if not cfg.families.sft:
+        raise RecordError("sft: no SFT families (families.sft is empty)")
     t0, s = time.monotonic(), Session(cfg, run_dir, say)
     try:
         teacher_dir = run_dir / "teacher"
@@ -226,12 +230,12 @@ def run_sft(cfg: ProposerTrainConfig, run_dir: Path,
         summary = json.loads((teacher_dir / "summary.json").read_text())
         say(f"teacher: {summary['kept']} of {summary['proposals']} proposals kept "
             f"{summary['kept_per_family']}; rejected {summary['rejected']}")  # fmt: skip
-        data = load_dataset_dir(teacher_dir / "dataset")
-        if len(data) == 0:
+        if summary["kept"] == 0:
             raise RecordError(
                 f"{teacher_dir}: the teacher kept no edit ({summary['rejected']}); lower "
                 "filter.min_score / filter.min_gain, add contexts, or use a stronger teacher"
             )
+        data = load_dataset_dir(teacher_dir / "dataset")
         texts = [m["content"] for row in data for m in row["prompt"] + row["completion"]]
         check_no_eval_text(texts, s.held_out())
         ckpt, sft_dir = s.checkpoint(), run_dir / "sft"
@@ -291,16 +295,20 @@ def run_grpo(cfg: ProposerTrainConfig, run_dir: Path,
         init = run_dir / "sft" / "adapter"
         adapter: Path | None = init if cfg.from_sft and (init / "adapter_config.json").exists() \
             else None  # fmt: skip
+        say(f"grpo: from {'the SFT adapter ' + str(adapter) if adapter else 'the base model'}"
+            f"{'' if adapter or not cfg.from_sft else ' (no SFT adapter in this run)'}")
         contexts = s.contexts("rl_1", cfg.families.rl)
         fams = {f: s.family(f) for f in cfg.families.rl}
-        check_no_eval_text([c.prompt for c in contexts], s.held_out())
         if cfg.grpo.generation == "embedded":
             from whale.train.checkpoint import resolve_gguf
 
             alias, gguf = resolve_gguf(cfg.proposer)
-            serving = EmbeddedServing(gguf, alias, threads=cfg.solver.threads, timeout_s=600.0)
+            serving = EmbeddedServing(gguf, alias, n_ctx=_proposer_ctx(cfg),
+                                      threads=cfg.solver.threads, timeout_s=600.0)  # fmt: skip
         phases = []
+        init_from = str(adapter) if adapter else "base"
         for k in range(1, cfg.phases + 1):
+            check_no_eval_text([c.prompt for c in contexts], s.held_out())  # every phase's
             pdir = run_dir / "grpo" / f"phase_{k}"
             pdir.mkdir(parents=True, exist_ok=True)
             reward = ExecutionReward(contexts, fams, s.runtime, pdir / "rewards.jsonl",
@@ -326,7 +334,7 @@ def run_grpo(cfg: ProposerTrainConfig, run_dir: Path,
         publish(adapter, cfg.proposer, "grpo")
         final = run_dir / "grpo" / "adapter"
         _link(final, adapter)
-        out = {"phases": phases, "adapter": str(final),
+        out = {"phases": phases, "adapter": str(final), "from": init_from,
                "wall_s": round(time.monotonic() - t0, 1)}  # fmt: skip
         write_atomic(run_dir / "grpo" / "summary.json", json.dumps(out, indent=1, default=str))
         return out
@@ -334,6 +342,11 @@ def run_grpo(cfg: ProposerTrainConfig, run_dir: Path,
         if serving is not None:
             serving.close()
         s.close()
+
+
+def _proposer_ctx(cfg: ProposerTrainConfig) -> int:
+    """A context window that holds the longest prompt GRPO keeps and its completion."""
+    return max(4096, cfg.grpo.max_prompt + max(cfg.grpo.max_completion, cfg.propose.max_tokens))
 
 
 def _link(final: Path, adapter: Path) -> None:
@@ -352,19 +365,20 @@ def _link(final: Path, adapter: Path) -> None:
 def proposer_model(name: str, cfg: ProposerTrainConfig, run_dir: Path) -> Callable[[], ChatModel]:
     """A factory of the proposer `name` names (see EvaluateSettings.subject)."""
     stage = {"trained": None, "sft": "sft", "grpo": "grpo"}
+    n_ctx = _proposer_ctx(cfg)
     if name in stage:
         pick = stage[name] or ("grpo" if (run_dir / "grpo" / "adapter").exists() else "sft")
         folder = run_dir / pick / "adapter"
         if not (folder / PROPOSER_MARKER).exists():
             raise RecordError(f"{folder}: no trained proposer there (run `whale train-proposer "
                               f"{pick}` first)")  # fmt: skip
-        mcfg = ModelConfig(name=str(folder), timeout_s=600.0, cache=False)
+        mcfg = ModelConfig(name=str(folder), n_ctx=n_ctx, timeout_s=600.0, cache=False)
     elif name == "base":
-        mcfg = ModelConfig(name=cfg.proposer, timeout_s=600.0, cache=False)
+        mcfg = ModelConfig(name=cfg.proposer, n_ctx=n_ctx, timeout_s=600.0, cache=False)
     elif name == "teacher":
         mcfg = cfg.teacher
     else:
-        mcfg = ModelConfig(name=name, timeout_s=600.0, cache=False)
+        mcfg = ModelConfig(name=name, n_ctx=n_ctx, timeout_s=600.0, cache=False)
     return lambda: build_model(mcfg)
 
 

@@ -151,11 +151,15 @@ def teacher_data(contexts: Sequence[RevisionContext], families: Mapping[str, Fam
             rows.append(TeacherRow(ctx.id, ctx.family, i, why is None, why or "",
                                    ctx.parent_score, asdict(res), p.text))  # fmt: skip
         say(f"teacher: context {n + 1}/{len(contexts)} {ctx.id}: {kept_here}/{len(props)} kept")
+    write_atomic(out / "candidates.jsonl",
+                 "".join(json.dumps(asdict(r)) + "\n" for r in rows))  # fmt: skip
+    failed = [r for r in rows if r.reason.startswith("teacher:")]
+    if failed:  # no summary: the stage is not finished, and a rerun asks for these again
+        raise RecordError(f"teacher: {len(failed)} of {len(rows)} proposals failed (first: "
+                          f"{failed[0].reason}); run the command again to ask them again")
     kept = [r for r in rows if r.kept]
     prompts = {c.id: c.prompt for c in contexts}
     check_no_eval_text([prompts[r.context] + "\n" + r.text for r in kept], held_out)
-    write_atomic(out / "candidates.jsonl",
-                 "".join(json.dumps(asdict(r)) + "\n" for r in rows))  # fmt: skip
     records = [sft_record(prompts[r.context], r.text, r.family, r.context) for r in kept]
     write_atomic(out / "kept.jsonl", "".join(json.dumps(r) + "\n" for r in records))
     save_dataset(records, out / "dataset")
