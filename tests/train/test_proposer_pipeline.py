@@ -108,3 +108,25 @@ def test_sft_then_grpo_train_publish_and_resume(cfg_and_models, tmp_path):
     g2 = runmod.run_grpo(cfg, run, say=lambda s: None)  # resumed: no update is redone
     assert len(g2["phases"][0]["updates"]) == 1
     assert len(read_jsonl(run / "grpo" / "phase_1" / "rewards.jsonl")) == 2
+
+
+def test_multistep_advances_each_parent_to_its_best_revision_only_when_it_beat_it(
+    cfg_and_models, tmp_path
+):
+    from whale.revise.edits import apply_edits
+
+    cfg, _, _ = cfg_and_models
+    cfg.families.rl = ["test:c", "test:d"]
+    cfg.families.eval = []
+    s = runmod.Session(cfg, tmp_path / "run", lambda m: None)
+    try:
+        c, d = s.contexts("rl_1", cfg.families.rl)
+        better = apply_edits(c.parent_source, GOOD_EDIT).source
+        worse = apply_edits(d.parent_source, BAD_EDIT).source
+        new_c, new_d = runmod.advance([c, d], {c.id: (1.0, better), d.id: (0.0, worse)}, s, 1)
+    finally:
+        s.close()
+    assert new_d == d  # its best did not beat the parent: the state stays
+    assert new_c.step == 1 and new_c.parent_source == better and new_c.parent_score == 1.0
+    assert new_c.id != c.id and better.strip() in new_c.prompt
+    assert not set(new_c.feedback_ids) & set(new_c.scoring_ids)

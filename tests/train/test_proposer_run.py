@@ -126,3 +126,11 @@ def test_the_cli_names_bad_family_lists_and_a_missing_run(tmp_path):
     assert r.exit_code == 2 and "--run" in r.output
     r = runner.invoke(app, ["train-proposer", "evaluate", "--run", str(tmp_path / "none")])
     assert r.exit_code == 2 and "config.toml" in r.output
+
+
+def test_the_readme_run_config_loads():
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "docs" / "train-proposer-small.toml"
+    cfg = cfgmod.load(ProposerTrainConfig, path)
+    assert cfg.families.sft and cfg.families.rl and cfg.families.eval and cfg.grpo.g == 4

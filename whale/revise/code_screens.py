@@ -356,8 +356,13 @@ class ReviewerScreen:
         self.template = prompts.joinpath("reviewer.txt").read_text(encoding="utf-8").strip()
 
     def prompt(self, source: str, task_description: str) -> str:
-        values = {"description": task_description.strip() or "(none given)", "source": source}
-        return re.sub(r"\{(description|source)\}", lambda m: values[m.group(1)], self.template)
+        # a fence longer than any run of backticks in the source: a harness cannot close it
+        # and go on as instructions to the reviewer
+        longest = max((len(m) for m in re.findall(r"`+", source)), default=0)
+        values = {"description": task_description.strip() or "(none given)", "source": source,
+                  "fence": "`" * max(3, longest + 1)}  # fmt: skip
+        return re.sub(r"\{(description|source|fence)\}", lambda m: values[m.group(1)],
+                      self.template)  # fmt: skip
 
     def check(self, source: str, task_description: str) -> str | None:
         """None on `VERDICT: OK`; "reviewer: <reason>" on REJECT; "reviewer: no verdict
