@@ -134,3 +134,14 @@ def test_the_readme_run_config_loads():
     path = Path(__file__).resolve().parents[2] / "docs" / "train-proposer-small.toml"
     cfg = cfgmod.load(ProposerTrainConfig, path)
     assert cfg.families.sft and cfg.families.rl and cfg.families.eval and cfg.grpo.g == 4
+
+
+def test_which_eval_families_to_read_may_change_after_evaluate_started(tmp_path):
+    saved = ProposerTrainConfig()
+    for d in ("rollouts", "teacher", "grpo", "evaluate"):
+        (tmp_path / d).mkdir()
+    only = cfgmod.build(ProposerTrainConfig, {"evaluate": {"only": ["rg:lcm"]}})
+    check_stage_changes(saved, only, tmp_path)
+    with pytest.raises(RecordError, match="evaluate.g"):
+        check_stage_changes(saved, cfgmod.build(ProposerTrainConfig, {"evaluate": {"g": 4}}),
+                            tmp_path)  # fmt: skip

@@ -50,6 +50,9 @@ class EvaluateSettings:
     g: int = 8
     rounds: int = 5
     seed: int = 0
+    # Read only these eval families (default: all): what a record holds is the same either
+    # way, so it may change on resume (the held-out split of a family is still read once).
+    only: list[str] = field(default_factory=list)
 
     def validate(self) -> None:
         if self.g < 1 or self.rounds < 0:

@@ -65,7 +65,7 @@ _STAGE_SECTIONS = {
     "evaluate": ("evaluate",),
 }
 # Fields that never change what a record says (how fast or where things run).
-RESUMABLE = {"workers", "out", "runtime.warm",
+RESUMABLE = {"workers", "out", "runtime.warm", "evaluate.only",
              *(f"{m}.{k}" for m in ("solver", "teacher", "reviewer")
                for k in ("threads", "retries", "cache", "cache_path", "api_key_env",
                          "timeout_s"))}  # fmt: skip
@@ -389,7 +389,10 @@ def run_evaluate(cfg: ProposerTrainConfig, run_dir: Path,
         es = cfg.evaluate
         names = [es.subject, *es.against]
         models = {n: proposer_model(n, cfg, run_dir) for n in names}
-        fams = [s.family(f) for f in cfg.families.eval]
+        unknown = sorted(set(es.only) - set(cfg.families.eval))
+        if unknown:
+            raise RecordError(f"evaluate.only: {unknown} are not eval families")
+        fams = [s.family(f) for f in cfg.families.eval if not es.only or f in es.only]
         if not fams:
             raise RecordError("evaluate: no eval families (families.eval is empty)")
         return evaluate_proposers(models, fams, s.runtime, cfg.contexts, cfg.propose, es,
