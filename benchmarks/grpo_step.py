@@ -2,7 +2,7 @@
 step, for both generation backends, on the real models.
 
     python -m benchmarks.grpo_step [--family rg:letter_counting] [--contexts 1] [--g 4]
-        [--max-completion 256] [--score 6] [--generation trl,embedded]
+        [--max-completion 256] [--score 6] [--generation trl,embedded] [--adapter DIR]
 
 Proposer: Qwen2.5-Coder-0.5B (its trainable fp32 checkpoint, LoRA r = 32 on all projections),
 solver: the same model's GGUF on the embedded llama.cpp server, through the isolated runtime.
@@ -63,6 +63,7 @@ def one(generation: str, a: argparse.Namespace, ckpt: Path, root: Path) -> dict[
                          threads=a.threads)  # fmt: skip
         t0 = time.monotonic()
         _, stats = train_grpo([(c.id, c.prompt) for c in ctxs], reward, ckpt, s, run / "grpo",
+                              init_adapter=Path(a.adapter) if a.adapter else None,
                               serving=serving, say=print)  # fmt: skip
         wall = time.monotonic() - t0
         reward.close()
@@ -91,6 +92,9 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--generation", default="trl,embedded")
+    p.add_argument("--adapter", default=None,
+                   help="start from this PEFT adapter (e.g. a train-proposer sft/adapter, "
+                   "whose edits apply, so that the reward runs candidates)")
     a = p.parse_args()
     ckpt = trainable_checkpoint(a.proposer)
     results = {}

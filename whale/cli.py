@@ -584,7 +584,7 @@ def resume_config(
     return cfg
 
 
-# Registers `whale search`, `whale cotrain` and `whale rsft` on `app`.
+# Registers `whale search`, `whale cotrain`, `whale rsft` and `whale train-proposer` on `app`.
 from whale import cli_proposer, cli_search, cli_train  # noqa: E402, F401, I001
 
 if __name__ == "__main__":  # python -m whale.cli
