@@ -15,7 +15,7 @@ from rich.markup import escape
 
 from whale import config as cfgmod
 from whale import interrupts
-from whale.cli import app, err, fail, hold_run_dir, load_config, new_run_dir, out
+from whale.cli import _nest, app, err, fail, hold_run_dir, load_config, new_run_dir, out
 from whale.models import ModelError
 from whale.records import RecordError
 from whale.tasks import EvalAlreadyRead
@@ -40,14 +40,7 @@ def _config(run: Path | None, config: Path | None, set_: list[str], flags: dict[
     tree: dict[str, Any] = {}
     if run is not None and (run / "config.toml").is_file():
         tree = cfgmod.to_dict(load_config(ProposerTrainConfig, run / "config.toml", [], {}))
-    for dotted, value in flags.items():
-        if value is None:
-            continue
-        node = tree
-        *parents, last = dotted.split(".")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[last] = value
+    cfgmod._merge(tree, _nest(flags))
     cfg = load_config(ProposerTrainConfig, config, set_, tree)
     if cfg.runtime.sandbox == "unsafe" and not unsafe:  # as `whale adapt`: only by the flag
         fail("runtime.sandbox = 'unsafe' runs model-written code WITHOUT isolation: give "
