@@ -8,12 +8,13 @@ LLAMA_VERSION := 0.3.36
 MODELS ?= qwen-coder-0.5b qwen-coder-1.5b smollm2-135m
 DEMO_OUT ?= runs/demo-$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: install demo test lint bench clean bwrap
+.PHONY: install demo test lint bench clean bwrap chromium
 
 install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml Makefile
 	command -v bwrap >/dev/null || $(MAKE) bwrap
+	command -v chromium >/dev/null || $(MAKE) chromium
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	# llama-cpp-python builds from source (~7.5 min on 2 cores): build the wheel once, keep it.
@@ -29,6 +30,12 @@ bwrap:
 	if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	$$SUDO apt-get install -y -q bubblewrap || \
 		($$SUDO apt-get update -q && $$SUDO apt-get install -y -q bubblewrap)
+
+# Chromium (Debian), headless: the test that renders `whale report`'s HTML file runs in it.
+chromium:
+	if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	$$SUDO apt-get install -y -q chromium || \
+		($$SUDO apt-get update -q && $$SUDO apt-get install -y -q chromium)
 
 # The main job: Harness Learning's loop on the embedded models, then the before/after table.
 demo: install

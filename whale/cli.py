@@ -475,6 +475,9 @@ def adapt_cmd(
     rounds: int = typer.Option(None, "--rounds"),
     g: int = typer.Option(None, "--g", help="proposals per round"),
     select_rule: str = typer.Option(None, "--select", help="ratchet | best-of-g"),
+    noise_k: int = typer.Option(
+        None, "--noise-k", help="keep a candidate only above 2·SE of k rescorings (0: off)"
+    ),
     dev: int = typer.Option(None, "--dev", help="dev questions (feedback and scoring)"),
     n_eval: int = typer.Option(None, "--eval", help="held-out questions, read once at the end"),
     feedback: int = typer.Option(None, "--feedback", help="feedback questions per round"),
@@ -496,7 +499,7 @@ def adapt_cmd(
     if resume is not None:
         cfg: AdaptConfig = resume_config(resume, set_, rounds, workers, {
             "--task": task, "--harness": harness, "--solver": solver, "--proposer": proposer,
-            "--g": g, "--select": select_rule, "--dev": dev, "--eval": n_eval,
+            "--g": g, "--select": select_rule, "--noise-k": noise_k, "--dev": dev, "--eval": n_eval,
             "--feedback": feedback, "--seed": seed, "--out": out_dir, "--config": config,
         })  # fmt: skip
         run_dir = resume
@@ -509,6 +512,7 @@ def adapt_cmd(
             "rounds": rounds,
             "g": g,
             "select": select_rule,
+            "noise_k": noise_k,
             "dev": dev,
             "eval": n_eval,
             "feedback": feedback,
@@ -585,7 +589,7 @@ def resume_config(
 
 
 # Registers `whale search`, `whale cotrain`, `whale rsft` and `whale train-proposer` on `app`.
-from whale import cli_proposer, cli_search, cli_train  # noqa: E402, F401, I001
+from whale import cli_audit, cli_diagnose, cli_proposer, cli_report, cli_search, cli_train  # noqa: E402, F401, I001
 
 if __name__ == "__main__":  # python -m whale.cli
     main()

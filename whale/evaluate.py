@@ -3,11 +3,13 @@
 `evaluate()` never raises for a per-question failure: a bad run is an `Outcome` with a status
 and an error naming its boundary. Grading happens here, in the parent, after the run; the
 harness never sees the reference or the grader. `EvalResult.score` is J(h; Q), the mean raw
-score; `rho_run` is the fraction of runs that finished (status ok).
+score; `rho_run` is the fraction of runs that finished (status ok). `summary()` adds
+`accuracy_ci`, a seeded 95% percentile bootstrap interval of the accuracy (`whale.stats`).
 """
 
 from __future__ import annotations
 
+import random
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -15,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from whale import grading, records
+from whale import grading, records, stats
 from whale.config import at_least
 from whale.harness import Runtime, RuntimeConfig, Trajectory
 from whale.harness.broker import Retriever
@@ -93,11 +95,22 @@ class EvalResult:
             "answer_extraction": sum(o.correct for o in hits) / len(hits) if hits else 0.0,
         }
 
+    def accuracy_ci(self, level: float = 0.95, seed: int = 0) -> list[float] | None:
+        """Percentile bootstrap interval of the accuracy over these questions (2000 resamples,
+        a fixed seed: one result gives one interval); None with no outcomes. It is the noise of
+        drawing the questions, not of resampling the model's answers to them."""
+        if not self.n:
+            return None
+        lo, hi = stats.bootstrap_ci([float(o.correct) for o in self.outcomes], level=level,
+                                    rng=random.Random(seed))  # fmt: skip
+        return [lo, hi]
+
     def summary(self) -> dict[str, Any]:
         n = max(self.n, 1)
         return {
             "n": self.n,
             "accuracy": self.accuracy,
+            "accuracy_ci": self.accuracy_ci(),
             "score": self.score,
             "rho_run": self.rho_run,
             "format_failures": sum(not o.format_ok for o in self.outcomes),

@@ -15,6 +15,7 @@ candidates, the parent's own score). The proposer's weights never change in here
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -29,7 +30,16 @@ from whale.revise.edits import apply_edits
 from whale.revise.proposer import Proposal, Proposer, task_tools
 from whale.revise.report import ReportConfig, build_report
 from whale.revise.screens import AnswerEchoScreen, screen_questions
-from whale.revise.select import Candidate, Decision, SelectRule, ValidityWeights, reward, select
+from whale.revise.select import (
+    Candidate,
+    Decision,
+    SelectRule,
+    ValidityWeights,
+    apply_noise_check,
+    noise_check,
+    reward,
+    select,
+)
 from whale.revise.store import OutcomeStore, RoundDir, diff
 from whale.tasks import Question, SealedSplit, Task
 
@@ -44,6 +54,8 @@ class LoopSettings:
     workers: int = 4
     report: ReportConfig = field(default_factory=ReportConfig)
     weights: ValidityWeights = field(default_factory=ValidityWeights)
+    # Noise-aware Select (whale.revise.select): rescore parent and kept candidate k times; 0 off
+    noise_k: int = 0
 
 
 @dataclass
@@ -144,6 +156,9 @@ def revise(
             for i, p in enumerate(proposals)
         ]
         decision = select(cfg.select, h, parent.score, candidates)
+        if cfg.noise_k >= 2 and decision.chosen is not None:
+            decision = _noise_select(decision, candidates[decision.chosen].score, parent.score,
+                                     task, score_set, runtime, store, cfg)  # fmt: skip
         rd.write_json("candidates.json", [asdict(c) for c in candidates])
         rd.write_json("decision.json", asdict(decision))
         say(
@@ -156,6 +171,41 @@ def revise(
             say(f"round {t}: rollout budget {max_rollouts} spent")
             break
     return h, rounds
+
+
+def _noise_select(
+    d: Decision,
+    candidate_score: float | None,
+    parent_score: float,
+    task: Task,
+    score_set: Sequence[Question],
+    runtime: Runtime,
+    store: OutcomeStore,
+    cfg: LoopSettings,
+) -> Decision:
+    """Select's noise check (the rule: whale.revise.select). Rescoring j = 1..k-1 runs under
+    the solver's sampling seed + j (unchanged when the runtime has no seed) and is keyed in the
+    ledger by the fingerprint + ":rescore<j>" (split "rescore"): they are real rollouts, counted
+    by `store.used` like any other, and a resumed run (or a parent rescored in an earlier round
+    as a candidate) answers them from the ledger."""
+    assert candidate_score is not None and d.chosen is not None
+    fp, tags, used = store.fingerprint, dict(store.tags), store.used
+    parents, cands = [parent_score], [candidate_score]
+    try:
+        for j in range(1, cfg.noise_k):
+            seed = None if runtime.seed is None else runtime.seed + j
+            rt = dataclasses.replace(runtime, seed=seed)
+            store.rebind(f"{fp}:rescore{j}", **tags)
+            try:
+                for h, scores in ((d.parent_hash, parents), (d.kept_hash, cands)):
+                    ev = store.evaluate(rt, store.harness(h), task, score_set, "rescore",
+                                        cfg.workers)  # fmt: skip
+                    scores.append(ev.score)
+            finally:
+                rt.close()
+    finally:
+        store.rebind(fp, **tags)
+    return apply_noise_check(d, noise_check(parents, cands, store.used - used))
 
 
 def _proposals(

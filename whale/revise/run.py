@@ -45,6 +45,9 @@ class AdaptConfig:
     rounds: int = 3
     g: int = 1
     select: str = "ratchet"
+    # Noise-aware Select: keep a candidate only if it beats the parent by more than 2·SE over
+    # k rescorings of both (whale.revise.select); 0 is off, else k >= 2.
+    noise_k: int = 0
     dev: int = 25
     eval: int = 75
     feedback: int = 8
@@ -60,6 +63,8 @@ class AdaptConfig:
         """Ranges, checked by `whale.config.build` on load (types are checked there too)."""
         at_least(self, 1, "rounds", "g", "dev", "eval", "feedback", "workers", "score")
         one_of(self, "select", ("ratchet", "best-of-g"))
+        if self.noise_k != 0 and self.noise_k < 2:
+            raise ValueError(f"noise_k: {self.noise_k} (0 is off; otherwise k >= 2 rescorings)")
         with part("propose"):
             at_least(self.propose, 0.0, "temperature")
             at_least(self.propose, 1, "max_tokens", "concurrency", "grammar_blocks")
@@ -123,6 +128,7 @@ def run_adapt(
                 workers=cfg.workers,
                 report=cfg.report,
                 weights=cfg.reward,
+                noise_k=cfg.noise_k,
             )
             result = adapt(
                 task_obj,
@@ -250,7 +256,7 @@ def check_resume(saved: AdaptConfig, requested: AdaptConfig, run_dir: Path) -> N
     (name, base_url, n_ctx, timeout_s: which model answers, and when a call fails),
     `runtime` (sandbox, budget, limits, python, temperature, seed: what a rollout may do),
     `proposer` (name, base_url, n_ctx), `propose` (temperature, max_tokens, template,
-    grammar, grammar_blocks), `report`, `reward`, `select`, `g`. Only the fields of
+    grammar, grammar_blocks), `report`, `reward`, `select`, `noise_k`, `g`. Only the fields of
     RESUMABLE may change. `rounds` may not change once the eval split was read (more rounds
     would need a second read). Not covered: the content of a `propose.template` file."""
     refuse_changes(saved, requested, run_dir, RESUMABLE)

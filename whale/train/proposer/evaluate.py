@@ -23,13 +23,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
-import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from whale import stats
 from whale.harness import Runtime, load_harness
 from whale.models import ChatModel
 from whale.records import RecordError, write_atomic
@@ -89,10 +88,8 @@ def paired(subject: Sequence[FamilyReading], other: Sequence[FamilyReading],
     """Mean and standard error of subject − other over the families both were read on."""
     theirs = {r.family: r.reading(reading) for r in other}
     diffs = [r.reading(reading) - theirs[r.family] for r in subject if r.family in theirs]
-    n = len(diffs)
-    mean = sum(diffs) / n if n else math.nan
-    se = statistics.stdev(diffs) / math.sqrt(n) if n >= 2 else None
-    return {"reading": reading, "n_families": n, "mean_diff": mean, "se": se, "diffs": diffs}
+    p = stats.paired(diffs)
+    return {"reading": reading, "n_families": p.n, "mean_diff": p.mean, "se": p.se, "diffs": diffs}
 
 
 @dataclass

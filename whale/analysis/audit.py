@@ -1,0 +1,600 @@
+"""Structural audit: what kind of program each harness of a run is, from its syntax tree and its
+recorded trajectories. Nothing is executed: the source is parsed, and `run` is walked by a
+small abstract interpreter that follows where values come from.
+
+The walk starts at `run(question, env)`, steps into calls of functions the module defines
+(inlined, up to `MAX_DEPTH` deep, recursion cut), walks every loop body twice (so that values
+carried from one iteration to the next are seen) and comprehensions as loops. Each value
+carries labels: "llm" (derived from an `x.llm(...)` reply), "ret" (from `x.tools.retrieve`),
+"py" (from `x.tools.python`), "summary" (a model reply whose prompt held retrieved passages),
+"h:NAME" (the result of a call to NAME, a module function that makes no `env` call: a helper).
+Labels flow through assignments, expressions, calls of unknown functions (arguments to result)
+and mutation (`messages.append(x)`, `d[k] = x`, `s += x`); they are never removed. A sink is a
+call of `.llm`, `.tools.python`, `.tools.retrieve` (or any other `.tools.X`), recorded with the
+labels of its arguments and the loops around it (those of the callers included). An answer
+check is an `if` whose test carries model or tool output and whose branch breaks, continues or
+returns, or a `while` whose test carries such output.
+
+Classes, in priority order (the first that applies):
+1. unparseable: the source does not parse, is over `MAX_SOURCE_CHARS`, or cannot be read.
+2. no_solver: no model call reachable from `run`, or trajectories exist and none made a model call.
+3. multihop_summaries: retrieval happens more than once (two call sites, or one in a loop)
+   and a model call's prompt holds "summary" text: model-written notes carried between hops.
+4. multihop_passages: retrieval happens more than once and retrieved passages ("ret") reach a
+   model prompt, with no summary carried.
+5. composed_tool_loop: a tool loop (a loop holding a model call and a tool call) calls a helper
+   inside it whose result reaches a model prompt in that loop, or a tool call in it when the
+   helper's arguments carry no model text (a helper that only cuts code out of a reply is the
+   interpreter loop's extractor, not a composed tool). `functional` is then read off the
+   trajectories: True when on some trajectory the final answer occurs in a tool result or in a
+   model reply after the first tool call (the text the loop composed reached the answer);
+   False when it never does; None without trajectories. It is None for every other class.
+6. interpreter_loop: a `tools.python` call fed with model output inside a loop that also
+   calls the model.
+7. retry_loop: a model call inside a loop that holds an answer check; also a model call in a
+   loop with no check (fixed repetition, sampling), and a harness whose AST shows one call
+   site but whose trajectories made several (evidence says which).
+8. single_call: model calls only outside loops. One site is the plain case; several
+   straight-line sites (a fixed chain) are single_call too, with "chain:N" in `structural`.
+
+`audit_run(run_dir)` audits every harness of an adapt, search, cotrain, train-proposer or eval
+run, as `whale.analysis.run_files.scan_run` finds them; its family is the nearest
+`config.toml`'s `[task] id`, else the task part of its trajectories' question ids
+"<family>:<seed>:<index>", else "unknown". Each (family, hash) is audited once and the screens
+of `whale.analysis.screens` run on each, in lineage order (`run_files.Lineage.order`: seed and
+parents before children, never file times, so a copied run reads the same), and on the
+train-proposer teacher's datasets of edits.
+
+Hostile input: files are read with size caps (`run_files.MAX_TRAJECTORY_BYTES`,
+`MAX_TRAJECTORIES`); a garbage trajectory line is counted in the evidence and skipped; symlinks
+are not followed.
+Not covered: calls through aliases (`f = env.llm; f(...)`, `getattr(env, "llm")`), methods of
+classes the harness defines, data flow through module-level globals mutated at run time, and
+code assembled from strings. The labels over-approximate (a variable once tainted stays so).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from whale.analysis import run_files as rf
+from whale.harness.contract import MAX_SOURCE_CHARS, run_contract_fault
+from whale.harness.trajectory import Trajectory
+
+AUDIT_CLASSES = ("single_call", "retry_loop", "interpreter_loop", "composed_tool_loop",
+                 "multihop_passages", "multihop_summaries", "no_solver")  # fmt: skip
+UNPARSEABLE = "unparseable"  # the recorded outcome for a source that cannot be audited
+MAX_DEPTH = 12
+MAX_STEPS = 200_000
+_MUTATORS = frozenset({"append", "extend", "insert", "update", "add", "setdefault", "appendleft"})
+_OUTPUT = frozenset({"llm", "py", "ret", "summary"})
+_Loops = tuple[int, ...]
+
+
+@dataclass
+class _Sink:
+    kind: str  # "llm", "python", "retrieve", "tool:<name>"
+    node: int
+    line: int
+    loops: _Loops
+    taint: set[str] = field(default_factory=set)
+
+
+class _Flow:
+    """The abstract interpreter of the module docstring."""
+
+    def __init__(self, tree: ast.Module) -> None:
+        self.defs = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+        self.env_fns = _env_functions(self.defs)
+        self.sinks: dict[tuple[int, _Loops], _Sink] = {}
+        self.checks: list[tuple[int, _Loops]] = []
+        self.helpers: list[tuple[str, int, _Loops, set[str]]] = []  # name, line, loops, args
+        self.loops: list[int] = []
+        self.stack: list[str] = []
+        self.steps = 0
+        self.truncated = False
+
+    def call(self, fn: ast.FunctionDef, args: list[set[str]], kw: dict[str, set[str]]) -> set[str]:
+        if fn.name in self.stack or len(self.stack) >= MAX_DEPTH:
+            return set().union(*args, *kw.values())
+        a = fn.args
+        names = [p.arg for p in a.posonlyargs + a.args]
+        env: dict[str, set[str]] = {n: set() for n in names + [p.arg for p in a.kwonlyargs]}
+        for name, t in zip(names, args, strict=False):
+            env[name] = set(t)
+        if a.vararg:
+            env[a.vararg.arg] = set().union(*args[len(names) :])
+        for k, t in kw.items():
+            env.setdefault(k, set()).update(t)
+        ret: set[str] = set()
+        self.stack.append(fn.name)
+        try:
+            self.block(fn.body, env, ret)
+        finally:
+            self.stack.pop()
+        return ret
+
+    def block(self, body: list[ast.stmt], env: dict[str, set[str]], ret: set[str]) -> None:
+        for stmt in body:
+            self.steps += 1
+            if self.steps > MAX_STEPS:
+                self.truncated = True
+                return
+            self.stmt(stmt, env, ret)
+
+    def loop(
+        self,
+        node: ast.AST,
+        body: list[ast.stmt],
+        env: dict[str, set[str]],
+        ret: set[str],
+        target: ast.AST | None = None,
+        it: set[str] | None = None,
+    ) -> None:
+        self.loops.append(id(node))
+        try:
+            for _ in range(2):
+                if target is not None:
+                    self.bind(target, it or set(), env)
+                if isinstance(node, ast.While):
+                    self.check(node.test, env, [node], True)
+                self.block(body, env, ret)
+        finally:
+            self.loops.pop()
+
+    def check(
+        self, test: ast.expr, env: dict[str, set[str]], branch: list[Any], is_while: bool = False
+    ) -> None:
+        t = self.expr(test, env)
+        exits = is_while or any(isinstance(n, ast.Break | ast.Continue | ast.Return)
+                                for b in branch for n in ast.walk(b))  # fmt: skip
+        if t & _OUTPUT and exits:
+            self.checks.append((getattr(test, "lineno", 0), tuple(self.loops)))
+
+    def stmt(self, s: ast.stmt, env: dict[str, set[str]], ret: set[str]) -> None:
+        if isinstance(s, ast.Assign):
+            t = self.expr(s.value, env)
+            for tg in s.targets:
+                self.bind(tg, t, env)
+        elif isinstance(s, ast.AugAssign | ast.AnnAssign):
+            if s.value is not None:
+                self.bind(s.target, self.expr(s.value, env), env)
+        elif isinstance(s, ast.For | ast.AsyncFor):
+            self.loop(s, s.body, env, ret, s.target, self.expr(s.iter, env))
+            self.block(s.orelse, env, ret)
+        elif isinstance(s, ast.While):
+            self.loop(s, s.body, env, ret)
+            self.block(s.orelse, env, ret)
+        elif isinstance(s, ast.If):
+            self.check(s.test, env, [*s.body, *s.orelse])
+            self.block(s.body, env, ret)
+            self.block(s.orelse, env, ret)
+        elif isinstance(s, ast.Return):
+            if s.value is not None:
+                ret.update(self.expr(s.value, env))
+        elif isinstance(s, ast.With | ast.AsyncWith):
+            for item in s.items:
+                t = self.expr(item.context_expr, env)
+                if item.optional_vars is not None:
+                    self.bind(item.optional_vars, t, env)
+            self.block(s.body, env, ret)
+        elif isinstance(s, ast.Try | ast.TryStar):
+            self.block(s.body, env, ret)
+            for h in s.handlers:
+                self.block(h.body, env, ret)
+            self.block(s.orelse, env, ret)
+            self.block(s.finalbody, env, ret)
+        elif isinstance(s, ast.Match):
+            self.expr(s.subject, env)
+            for case in s.cases:
+                self.block(case.body, env, ret)
+        elif isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            return
+        else:
+            for child in ast.iter_child_nodes(s):
+                if isinstance(child, ast.expr):
+                    self.expr(child, env)
+
+    def bind(self, target: ast.AST, t: set[str], env: dict[str, set[str]]) -> None:
+        if isinstance(target, ast.Name):
+            env.setdefault(target.id, set()).update(t)
+        elif isinstance(target, ast.Tuple | ast.List):
+            for e in target.elts:
+                self.bind(e, t, env)
+        elif isinstance(target, ast.Starred):
+            self.bind(target.value, t, env)
+        elif isinstance(target, ast.Subscript | ast.Attribute):
+            root = target.value
+            while isinstance(root, ast.Subscript | ast.Attribute):
+                root = root.value
+            self.bind(root, t, env)
+
+    def expr(self, e: ast.AST, env: dict[str, set[str]]) -> set[str]:
+        self.steps += 1
+        if self.steps > MAX_STEPS:
+            self.truncated = True
+            return set()
+        if isinstance(e, ast.Name):
+            return set(env.get(e.id, ()))
+        if isinstance(e, ast.Call):
+            return self.call_expr(e, env)
+        if isinstance(e, ast.Lambda):
+            return set()
+        if isinstance(e, ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp):
+            return self.comprehension(e, env)
+        if isinstance(e, ast.NamedExpr):
+            t = self.expr(e.value, env)
+            self.bind(e.target, t, env)
+            return t
+        out: set[str] = set()
+        for child in ast.iter_child_nodes(e):
+            out |= self.expr(child, env)
+        return out
+
+    def comprehension(self, e: Any, env: dict[str, set[str]]) -> set[str]:
+        self.loops.append(id(e))
+        try:
+            out: set[str] = set()
+            for _ in range(2):
+                for g in e.generators:
+                    self.bind(g.target, self.expr(g.iter, env), env)
+                    for cond in g.ifs:
+                        self.expr(cond, env)
+                parts = [e.key, e.value] if isinstance(e, ast.DictComp) else [e.elt]
+                for p in parts:
+                    out |= self.expr(p, env)
+            return out
+        finally:
+            self.loops.pop()
+
+    def call_expr(self, e: ast.Call, env: dict[str, set[str]]) -> set[str]:
+        args = [self.expr(a, env) for a in e.args]
+        kw = {k.arg or "**": self.expr(k.value, env) for k in e.keywords}
+        every = set().union(*args, *kw.values())
+        f = e.func
+        kind = _sink_kind(f)
+        if kind is not None:
+            key = (id(e), tuple(self.loops))
+            sink = self.sinks.setdefault(key, _Sink(kind, id(e), e.lineno, tuple(self.loops)))
+            sink.taint |= every
+            if kind == "llm":
+                return {"llm", "summary"} if "ret" in every else {"llm"}
+            return {"py"} if kind == "python" else {"ret"} if kind == "retrieve" else {"tool"}
+        if isinstance(f, ast.Name) and f.id in self.defs:
+            out = self.call(self.defs[f.id], args, kw)
+            if f.id not in self.env_fns and f.id != "run":
+                self.helpers.append((f.id, e.lineno, tuple(self.loops), every))
+                out.add(f"h:{f.id}")
+            return out
+        base = self.expr(f, env)
+        if isinstance(f, ast.Attribute) and f.attr in _MUTATORS:
+            self.bind(f.value, every, env)
+        return base | every
+
+
+def _sink_kind(f: ast.expr) -> str | None:
+    if not isinstance(f, ast.Attribute):
+        return None
+    if f.attr == "llm":
+        return "llm"
+    if isinstance(f.value, ast.Attribute) and f.value.attr == "tools":
+        return {"python": "python", "retrieve": "retrieve"}.get(f.attr, f"tool:{f.attr}")
+    return None
+
+
+def _env_functions(defs: dict[str, ast.FunctionDef]) -> set[str]:
+    """Module functions that call the model or a tool, directly or through each other."""
+    calls: dict[str, set[str]] = {}
+    direct: set[str] = set()
+    for name, fn in defs.items():
+        calls[name] = set()
+        for n in ast.walk(fn):
+            if isinstance(n, ast.Call):
+                if _sink_kind(n.func) is not None:
+                    direct.add(name)
+                elif isinstance(n.func, ast.Name) and n.func.id in defs:
+                    calls[name].add(n.func.id)
+    out, changed = set(direct), True
+    while changed:
+        changed = False
+        for name, callees in calls.items():
+            if name not in out and callees & out:
+                out.add(name)
+                changed = True
+    return out
+
+
+@dataclass
+class HarnessAudit:
+    hash: str
+    family: str
+    cls: str
+    structural: list[str] = field(default_factory=list)
+    functional: bool | None = None
+    evidence: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"hash": self.hash, "family": self.family, "class": self.cls,
+                "structural": list(self.structural), "functional": self.functional,
+                "evidence": list(self.evidence)}  # fmt: skip
+
+
+def classify(
+    source: str, trajectories: Iterable[Trajectory] = (), *, key: str = "", family: str = ""
+) -> HarnessAudit:
+    """The audit of one harness (see the module docstring). Never raises on its input."""
+    trajs = list(trajectories)
+    out = HarnessAudit(key, family, UNPARSEABLE)
+    fault = run_contract_fault(source) if isinstance(source, str) else "is not text"
+    tree = None
+    if isinstance(source, str) and len(source) <= MAX_SOURCE_CHARS:
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+            out.evidence.append(f"does not parse: {type(e).__name__}: {e}"[:300])
+    if tree is None:
+        if not out.evidence:
+            out.evidence.append(f"harness {fault}")
+        return out
+    if fault:
+        out.evidence.append(f"run contract: harness {fault}")
+    run = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "run"), None)
+    flow = _Flow(tree)
+    if run is not None:
+        try:
+            flow.call(run, [{"question"}, {"env"}], {})
+        except RecursionError:
+            flow.truncated = True
+    if flow.truncated:
+        out.evidence.append("analysis cut at its step or depth limit: classes from what was seen")
+    _structure(flow, out)
+    _trajectory_checks(trajs, out)
+    return out
+
+
+def _structure(flow: _Flow, out: HarnessAudit) -> None:
+    sinks = list(flow.sinks.values())
+    llm = [s for s in sinks if s.kind == "llm"]
+    tools = [s for s in sinks if s.kind != "llm"]
+    retr = [s for s in sinks if s.kind == "retrieve"]
+    llm_sites = sorted({s.line for s in llm})
+    for s in sorted(sinks, key=lambda s: s.line):
+        where = " in a loop" if s.loops else ""
+        out.evidence.append(f"line {s.line}: {_SINK_NAMES.get(s.kind, s.kind)} call{where}")
+    out.evidence = list(dict.fromkeys(out.evidence))
+    st = out.structural
+    st.append(f"model_call_sites:{len(llm_sites)}")
+    if not llm:
+        out.cls = "no_solver"
+        out.evidence.append("no model call is reachable from run")
+        return
+    loops_llm = {loop for s in llm for loop in s.loops}
+    tool_loops = loops_llm & {loop for s in tools for loop in s.loops}
+    if loops_llm:
+        st.append("model_call_in_loop")
+    if tool_loops:
+        st.append("tool_loop")
+    multihop = len({s.node for s in retr}) >= 2 or any(s.loops for s in retr)
+    if retr:
+        st.append(f"retrieval_sites:{len({s.node for s in retr})}")
+    passages = any("ret" in s.taint for s in llm)
+    summaries = any("summary" in s.taint for s in llm)
+    if passages:
+        st.append("passages_in_prompt")
+    if summaries:
+        st.append("summaries_carried")
+    composed = []
+    for name, line, loops, args in flow.helpers:
+        for loop in set(loops) & tool_loops:
+            tag = f"h:{name}"
+            to_llm = any(tag in s.taint and loop in s.loops for s in llm)
+            to_tool = "llm" not in args and any(tag in s.taint and loop in s.loops for s in tools)
+            if to_llm or to_tool:
+                composed.append(f"line {line}: helper {name}() called in the tool loop, its "
+                                f"result reaches the {'model' if to_llm else 'tool'}")  # fmt: skip
+    composed = list(dict.fromkeys(composed))
+    for c in composed:
+        st.append(f"helper_in_tool_loop:{c.split('helper ')[1].split('(')[0]}")
+    interp = [
+        s for s in tools if s.kind == "python" and "llm" in s.taint and set(s.loops) & loops_llm
+    ]
+    if interp:
+        st.append("python_fed_by_model")
+    checks = [line for line, loops in flow.checks if set(loops) & loops_llm]
+    if checks:
+        st.append("answer_check_in_loop")
+    out.structural = list(dict.fromkeys(st))
+    if multihop and summaries:
+        out.cls = "multihop_summaries"
+        out.evidence.append("retrieval repeats and model-written summaries reach a later prompt")
+    elif multihop and passages:
+        out.cls = "multihop_passages"
+        out.evidence.append("retrieval repeats and retrieved passages reach the model's prompt")
+    elif composed:
+        out.cls = "composed_tool_loop"
+        out.evidence += composed
+    elif interp:
+        out.cls = "interpreter_loop"
+        out.evidence.append(f"line {interp[0].line}: model output runs in tools.python in a loop")
+    elif loops_llm:
+        out.cls = "retry_loop"
+        out.evidence.append(f"line {checks[0]}: the loop checks the answer" if checks else
+                            "no answer check: the loop repeats the model call a fixed number "
+                            "of times")  # fmt: skip
+    else:
+        out.cls = "single_call"
+        if len(llm_sites) > 1:
+            out.structural.append(f"chain:{len(llm_sites)}")
+            out.evidence.append(f"{len(llm_sites)} straight-line model calls (a fixed chain)")
+
+
+_SINK_NAMES = {"llm": "model", "python": "tools.python", "retrieve": "tools.retrieve"}
+
+
+def _trajectory_checks(trajs: list[Trajectory], out: HarnessAudit) -> None:
+    if not trajs:
+        return
+    calls = [sum(1 for e in t.events if isinstance(e, dict) and e.get("kind") == "model")
+             for t in trajs]  # fmt: skip
+    tools: dict[str, int] = {}
+    for t in trajs:
+        for e in t.events:
+            if isinstance(e, dict) and e.get("kind") == "tool":
+                tools[str(e.get("name"))] = tools.get(str(e.get("name")), 0) + 1
+    shown = ", ".join(f"{k} {v}" for k, v in sorted(tools.items())) or "none"
+    out.evidence.append(f"trajectories: {len(trajs)}, model calls per run {min(calls)}-"
+                        f"{max(calls)}, tool calls: {shown}")  # fmt: skip
+    if out.cls == UNPARSEABLE:
+        return
+    if max(calls) == 0:
+        out.cls = "no_solver"
+        out.evidence.append("no trajectory made a model call")
+    elif out.cls == "single_call" and "chain:" not in " ".join(out.structural) and max(calls) > 1:
+        q = trajs[calls.index(max(calls))].question_id
+        out.cls = "retry_loop"
+        out.evidence.append(f"one call site in the source, but {q} made {max(calls)} model calls")
+    if out.cls == "composed_tool_loop":
+        out.functional = any(_answer_via_loop(t) for t in trajs)
+
+
+def _answer_via_loop(t: Trajectory) -> bool:
+    answer = (t.answer or "").strip()
+    if not answer:
+        return False
+    seen_tool = False
+    for e in t.events:
+        if not isinstance(e, dict):
+            continue
+        if e.get("kind") == "tool":
+            seen_tool = True
+            if answer in str(e.get("result", "")):
+                return True
+        elif e.get("kind") == "model" and seen_tool and answer in str(e.get("text", "")):
+            return True
+    return False
+
+
+# --- run directories -------------------------------------------------------------------------
+
+
+@dataclass
+class RunAudit:
+    """Every harness of a run audited once per (family, hash), the counts per family and
+    class, every screen's verdict, and notes on what could not be read or checked."""
+
+    run_dir: Path
+    harnesses: list[HarnessAudit] = field(default_factory=list)
+    screens: list[Any] = field(default_factory=list)  # whale.analysis.screens.ScreenResult
+    notes: list[str] = field(default_factory=list)
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for h in self.harnesses:
+            fam = out.setdefault(h.family, {})
+            fam[h.cls] = fam.get(h.cls, 0) + 1
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "harnesses": [h.to_json() for h in self.harnesses],
+            "counts": self.counts(),
+            "screens": [s.to_json() for s in self.screens],
+            "notes": list(self.notes),
+        }
+
+
+def audit_run(run_dir: Path, *, echo: bool = True) -> RunAudit:
+    """Audit and screen every harness of an adapt, search, cotrain or train-proposer run
+    (see the module docstring). `echo` builds the answer-echo screen per family from the task
+    and the dev question ids the run's ledgers hold (it loads the task; off, the screen is
+    not run and a note says so). Reads only; never executes a harness."""
+    from whale.analysis import screens as sc
+
+    run_dir = Path(run_dir)
+    audit = RunAudit(run_dir)
+    if not run_dir.is_dir():
+        audit.notes.append(f"{run_dir}: not a folder")
+        return audit
+    found = rf.scan_run(run_dir, audit.notes)
+    cache: dict[Path, dict[str, Any] | None] = {}
+    by_key: dict[tuple[str, str], tuple[str, list[Trajectory], str | None]] = {}
+    dev: dict[str, set[str]] = {}
+    task_cfg: dict[str, dict[str, Any]] = {}
+    sources: dict[str, str] = {}
+    # per (family, hash): the earliest position its own folders record, and its first file name
+    places: dict[tuple[str, str], tuple[rf.Position | None, str]] = {}
+    for site in found.sites:
+        text, why = rf.read_text(site.source, MAX_SOURCE_CHARS)
+        if why:
+            audit.notes.append(why)
+        h = site.hash or (_hash(text) if text is not None else site.source.stem)
+        trajs, tnotes = rf.read_trajectories(site.trajectories, h if site.hash else None)
+        audit.notes += tnotes
+        cfg = rf.config_task(site.source.parent, run_dir, cache)
+        fam = cfg["id"] if cfg else next((f for t in trajs if (f := rf.family_of(t.question_id))),
+                                         None)  # fmt: skip
+        ids = rf.dev_ids(site.ledger)
+        fam = fam or next((f for q in sorted(ids) if (f := rf.family_of(q))), None) or "unknown"
+        dev.setdefault(fam, set()).update(ids)
+        if cfg:
+            task_cfg.setdefault(fam, cfg)
+        parent = None
+        if site.parent is not None and site.parent.is_file():
+            parent, _ = rf.read_text(site.parent, MAX_SOURCE_CHARS)
+        key = (fam, h)
+        own, name = places.get(key, (None, site.source.relative_to(run_dir).as_posix()))
+        if site.position is not None:
+            own = site.position if own is None else min(own, site.position)
+        places[key] = (own, name)
+        if key in by_key:
+            kept = by_key[key][1]
+            kept.extend(trajs[: max(0, rf.MAX_TRAJECTORIES - len(kept))])
+        else:
+            by_key[key] = (text if text is not None else "", trajs, parent)
+        if text is not None:
+            sources.setdefault(h, text)
+    echoes: dict[str, Any] = {}
+    for fam in sorted(
+        {f for f, _ in by_key} | {r.family for d in found.datasets for r in sc.edit_rows(d)}
+    ):
+        if not echo:
+            continue
+        screen, why = sc.dev_echo_screen(fam, dev.get(fam, set()), task_cfg.get(fam))
+        if screen is not None:
+            echoes[fam] = screen
+        else:
+            audit.notes.append(f"answer echo not screened for {fam}: {why}")
+    if not echo:
+        audit.notes.append("answer echo not screened (turned off)")
+    for fam in sorted({f for f, _ in by_key}):
+        # lineage order, so that a candidate is a duplicate of what it came from, never the
+        # reverse (file times would not do: a copied run has them all new)
+        order = found.lineage.order({h: places[(f, h)] for f, h in by_key if f == fam})
+        group = [(h, *by_key[(fam, h)]) for h in order]
+        for h, text, trajs, _ in group:
+            audit.harnesses.append(classify(text, trajs, key=h, family=fam))
+        audit.screens += sc.screen_archive([(h, text, parent) for h, text, _, parent in group],
+                                           echo=echoes.get(fam))  # fmt: skip
+    for d in found.datasets:
+        audit.screens += sc.screen_edit_rows(sc.edit_rows(d), sources, echo=echoes)
+    return audit
+
+
+def _hash(text: str) -> str:
+    from whale.harness import harness_hash
+
+    return harness_hash(text)
+
+
+def write_audit(audit: RunAudit, path: Path | None = None) -> Path:
+    """RunAudit as JSON into `path` (default RUN_DIR/audit.json), whole or not at all."""
+    from whale.records import write_atomic
+
+    path = path or audit.run_dir / "audit.json"
+    write_atomic(path, json.dumps(audit.to_json(), indent=2))
+    return path

@@ -1,0 +1,238 @@
+"""`whale report RUN_DIR`: one self-contained HTML file of a run (adapt, search, cotrain,
+train-proposer, or a single eval).
+
+The file opens from disk with no server and no network: CSS is inline, every curve is a
+matplotlib PNG (Agg canvas, no pyplot) embedded as a data: URI, diffs sit in <details>, and
+there is no script and no external URL. Everything quoted from the run (harness sources and
+diffs, reasons, hypotheses, config values) is hostile text and goes through `html.escape`, so a
+harness holding `</pre><script>` shows as text. What could not be read is a visible note in
+its section (report_data.py / report_runs.py collect them), never a crash.
+
+The audit section is `whale.analysis.audit.audit_run(run_dir).to_json()`, imported lazily; a
+caller may pass the audit dict instead (`audit=`), and when the module is missing or fails the
+section says so. Not covered: interactive views (no JS by design); images other than the
+curves collected for the run's kind.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from pathlib import Path
+from typing import Any
+
+from whale.analysis.report_data import Curve, Lineage, Node, RunData, Table
+from whale.analysis.report_runs import load_run
+from whale.records import write_atomic
+
+CSS = """
+body{font-family:sans-serif;margin:1.5em;max-width:1200px;color:#222}
+h1{font-size:1.5em} h2{border-bottom:1px solid #ccc;margin-top:1.6em}
+table{border-collapse:collapse;margin:.5em 0;font-size:.9em}
+td,th{border:1px solid #ccc;padding:2px 6px;text-align:left;vertical-align:top}
+th{background:#f3f3f3} ul.tree{list-style:none;padding-left:1.2em;border-left:1px dotted #aaa}
+.node{font-family:monospace} .valid{color:#17632a} .invalid{color:#a3171b}
+.kept{font-weight:bold;background:#fff6bf} .note{color:#8a4b00;background:#fff3e0;padding:2px 6px}
+pre{background:#f7f7f7;padding:6px;overflow-x:auto;font-size:.85em;white-space:pre-wrap}
+img{max-width:100%;border:1px solid #ddd}
+"""
+
+
+SECTIONS = ("config", "lineage", "curves", "metrics", "compliance", "diffs", "audit", "reads")
+KEY_CONFIG = ("task.id", "harness", "operator", "schedules", "rollouts", "rounds", "g",
+              "iterations", "m", "select", "solver.name", "proposer.name", "proposer", "phases",
+              "seed", "train", "search", "eval", "score", "feedback")  # fmt: skip
+
+
+def e(v: Any) -> str:
+    """Escaped text of any value (None shows as "-", floats to 3 decimals)."""
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.3f}"
+    return html.escape(str(v), quote=True)
+
+
+def png_data_uri(curve: Curve) -> str:
+    """The curve drawn with the Agg canvas, as a data:image/png;base64 URI."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 4), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    for name, pts in curve.series.items():
+        style = "o" if name == "candidates" else "o-"
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], style, label=name)
+    ax.set_xlabel(curve.xlabel)
+    ax.set_ylabel(curve.ylabel)
+    ax.set_title(curve.title, fontsize=10)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+
+
+def _notes(data: RunData, section: str) -> str:
+    return "".join(f'<p class="note">note: {e(n)}</p>' for n in data.notes.get(section, []))
+
+
+def _table(t: Table) -> str:
+    head = "".join(f"<th>{e(c)}</th>" for c in t.columns)
+    body = "".join("<tr>" + "".join(f"<td>{e(v)}</td>" for v in row) + "</tr>" for row in t.rows)
+    empty = "" if t.rows else '<p class="note">note: no rows</p>'
+    return f"<h3>{e(t.title)}</h3><table><tr>{head}</tr>{body}</table>{empty}"
+
+
+def _node_line(n: Node, mark: str) -> str:
+    state = ('<span class="valid">valid</span>' if n.valid
+             else f'<span class="invalid">invalid: {e(n.reason) or "-"}</span>')  # fmt: skip
+    cls = "node kept" if n.kept else "node"
+    kept = f" [{e(mark)}]" if n.kept else ""
+    return (f'<span class="{cls}" id="node-{e(n.id)}">{e(n.id)} {e(n.hash)} score={e(n.score)} '
+            f"({e(n.label)}){kept}</span> {state}")  # fmt: skip
+
+
+def _tree(lin: Lineage) -> str:
+    children: dict[str | None, list[Node]] = {}
+    for n in lin.nodes:
+        children.setdefault(n.parent, []).append(n)
+
+    def sub(parent: str | None, depth: int) -> str:
+        items = []
+        for n in children.get(parent, []):
+            inner = sub(n.id, depth + 1) if depth < 200 else ""
+            items.append(f'<li class="lineage-node">{_node_line(n, lin.mark)}{inner}</li>')
+        return f'<ul class="tree">{"".join(items)}</ul>' if items else ""
+
+    return sub(None, 0) if lin.nodes else '<p class="note">note: no candidate</p>'
+
+
+def _diffs(lin: Lineage) -> str:
+    out: list[str] = []
+    for n in lin.nodes:
+        if n.parent is None:
+            continue
+        body = (f'<pre class="diff">{e(n.diff)}</pre>' if n.diff else
+                '<p class="note">note: no diff (no source: the edits did not apply, or the '
+                "parent's source is missing)</p>")  # fmt: skip
+        opened = " open" if not out else ""  # the first diff shows without a click
+        out.append(f"<details{opened}><summary>{e(n.id)} ({e(n.label)}) against its parent "
+                   f"{e(n.parent)}</summary>{body}</details>")  # fmt: skip
+    return "".join(out)
+
+
+def _audit(run_dir: Path, audit: dict[str, Any] | None) -> str:
+    if audit is None:
+        import importlib
+
+        try:
+            audit_mod = importlib.import_module("whale.analysis.audit")  # may not be installed
+        except ImportError:
+            return '<p class="note">note: the audit module (whale.analysis.audit) is missing</p>'
+        try:
+            audit = audit_mod.audit_run(run_dir).to_json()
+        except Exception as ex:  # a hostile run may break the audit: say so, keep the report
+            return f'<p class="note">note: the audit failed: {e(type(ex).__name__)}: {e(ex)}</p>'
+    if not isinstance(audit, dict):
+        return '<p class="note">note: the audit is not an object</p>'
+    hs = [h for h in audit.get("harnesses") or [] if isinstance(h, dict)]
+    parts = [
+        _table(
+            Table(
+                "harness classes",
+                ["hash", "family", "class", "structural", "functional", "evidence"],
+                [
+                    [
+                        h.get("hash"),
+                        h.get("family"),
+                        h.get("class"),
+                        ", ".join(map(str, h.get("structural") or [])),
+                        h.get("functional"),
+                        "; ".join(map(str, h.get("evidence") or [])),
+                    ]
+                    for h in hs
+                ],
+            )
+        )
+    ]
+    counts: dict[str, Any] = audit["counts"] if isinstance(audit.get("counts"), dict) else {}
+    crow = [[fam, cls, n] for fam, by in counts.items() if isinstance(by, dict)
+            for cls, n in by.items()]  # fmt: skip
+    parts.append(_table(Table("counts per family", ["family", "class", "n"], crow)))
+    sc = [s for s in audit.get("screens") or [] if isinstance(s, dict)]
+    parts.append(
+        _table(
+            Table(
+                "screens",
+                ["hash", "screen", "passed", "evidence"],
+                [
+                    [
+                        s.get("hash"),
+                        s.get("screen"),
+                        s.get("passed"),
+                        "; ".join(map(str, s.get("evidence") or [])),
+                    ]
+                    for s in sc
+                ],
+            )
+        )
+    )
+    return "".join(parts)  # fmt: skip
+
+
+def render_html(data: RunData, audit_html: str) -> str:
+    """The whole page of `data` (audit section already rendered)."""
+    p = [f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>whale report: "
+         f"{e(data.run_dir.name)}</title><style>{CSS}</style></head><body>",
+         f"<h1>whale report: {e(data.run_dir)}</h1><p>run kind: <b id=\"run-kind\">"
+         f"{e(data.kind)}</b></p>"]  # fmt: skip
+    p.append("<p>" + " | ".join(f'<a href="#{a}">{a}</a>' for a in SECTIONS) + "</p>")
+    p.append('<h2 id="config">Config</h2>' + _notes(data, "config"))
+    if data.config:
+        key = [kv for kv in data.config if kv[0] in KEY_CONFIG]
+        p.append(_table(Table("config (main keys)", ["key", "value"], [list(kv) for kv in key])))
+        p.append("<details><summary>the whole config.toml</summary>"
+                 + _table(Table("config.toml", ["key", "value"], [list(kv) for kv in data.config]))
+                 + "</details>")  # fmt: skip
+    if data.summary:
+        p.append(_table(Table("summary.json", ["key", "value"], [list(kv) for kv in data.summary])))
+    p.append('<h2 id="lineage">Lineage</h2>' + _notes(data, "lineage"))
+    for lin in data.lineages:
+        p.append(f'<h3>{e(lin.title)}</h3><div class="lineage">{_tree(lin)}</div>')
+    p.append('<h2 id="curves">Curves</h2>' + _notes(data, "curves"))
+    for c in data.curves:
+        p.append(f'<figure><img class="curve" alt="{e(c.title)}" src="{png_data_uri(c)}">'
+                 f"<figcaption>{e(c.title)}</figcaption></figure>")  # fmt: skip
+    if not data.curves:
+        p.append('<p class="note">note: no curve could be drawn from this run</p>')
+    p.append('<h2 id="metrics">Capability metrics</h2>' + _notes(data, "metrics"))
+    p += [_table(t) for t in data.metrics]
+    p.append('<h2 id="compliance">Proposer format compliance</h2>' + _notes(data, "compliance"))
+    p += [_table(t) for t in data.compliance]
+    if not data.compliance:
+        p.append('<p class="note">note: no proposal record in this run</p>')
+    p.append('<h2 id="diffs">Diffs against the parent</h2>')
+    for lin in data.lineages:
+        p.append(f"<h3>{e(lin.title)}</h3>{_diffs(lin)}")
+    p.append(f'<h2 id="audit">Audit and screens</h2>{audit_html}')
+    p.append('<h2 id="reads">Split audit: what was read when</h2>' + _notes(data, "reads"))
+    if data.reads is not None:
+        p.append(_table(data.reads))
+    p.append("</body></html>\n")
+    return "\n".join(p)
+
+
+def build_report(run_dir: Path, *, out: Path | None = None,
+                 audit: dict[str, Any] | None = None) -> Path:  # fmt: skip
+    """Write the report of `run_dir` to `out` (default RUN_DIR/report.html), atomically; return
+    its path. `audit`: the audit dict to show instead of running audit_run."""
+    data = load_run(run_dir)
+    page = render_html(data, _audit(run_dir, audit))
+    path = out or run_dir / "report.html"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(path, page, errors="backslashreplace")
+    return path
