@@ -21,7 +21,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 	ls $(WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl >/dev/null 2>&1 || \
 		$(PY) -m pip wheel -q --no-deps llama-cpp-python==$(LLAMA_VERSION) -w $(WHEELS)
 	$(PY) -m pip install -q $(WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl
-	$(PY) -m pip install -q -e ".[embedded,retrieval,math,train,dev]"
+	$(PY) -m pip install -q -e ".[embedded,retrieval,math,train,track,dev]"
 	$(VENV)/bin/whale models install $(MODELS)
 	touch $@
 

@@ -44,9 +44,33 @@ def fail(message: str) -> None:
 def load_config(cls: type, config: Path | None, overrides: list[str], flags: dict[str, Any]) -> Any:
     """The checked config (types and ranges, see whale.config), or exit 2 naming the field."""
     try:
-        return cfgmod.load(cls, config, overrides, base=_nest(flags))
+        cfg: Any = cfgmod.load(cls, config, overrides, base=_nest(flags))
     except (cfgmod.ConfigError, OSError) as e:
         fail(str(e))
+    if getattr(cfg, "tracking", "none") != "none":  # before anything is paid for
+        from whale.analysis.tracking import TrackingUnavailable, require
+
+        try:
+            require(cfg.tracking)
+        except TrackingUnavailable as e:
+            fail(str(e))
+    return cfg
+
+
+def mirror_run(kind: str, run_dir: Path) -> None:
+    """After a finished run: mirror its records into the configured tracker (config key
+    `tracking`). The run is already on disk, so a tracker that fails is a warning, not a
+    failed run."""
+    if kind == "none":
+        return
+    from whale.analysis.tracking import track_run
+
+    try:
+        n = track_run(kind, run_dir)
+    except Exception as e:  # noqa: BLE001 - a third-party tracker's failure of any kind
+        err.print(f"[yellow]tracking ({kind}) failed, the run is unaffected:[/yellow] {e}")
+        return
+    err.print(f"tracking ({kind}): {n} metric points mirrored from {run_dir}")
 
 
 def check_out(out: str | None) -> None:
@@ -546,6 +570,7 @@ def adapt_cmd(
         interrupts.stopped(f"{kept} rollouts recorded; `whale adapt --resume {run_dir}` continues")
     finally:
         restore_signals()
+    mirror_run(cfg.tracking, run_dir)
     if as_json:
         print(json.dumps(adapt_json(result, meta)))
     else:

@@ -15,7 +15,17 @@ from rich.markup import escape
 
 from whale import config as cfgmod
 from whale import interrupts
-from whale.cli import _nest, app, err, fail, hold_run_dir, load_config, new_run_dir, out
+from whale.cli import (
+    _nest,
+    app,
+    err,
+    fail,
+    hold_run_dir,
+    load_config,
+    mirror_run,
+    new_run_dir,
+    out,
+)
 from whale.models import ModelError
 from whale.records import RecordError
 from whale.tasks import EvalAlreadyRead
@@ -72,6 +82,7 @@ def _go(stage: str, run: Path | None, cfg: Any, as_json: bool) -> None:
         interrupts.stopped(f"`whale train-proposer {stage} --run {run}` continues")
     finally:
         restore()
+    mirror_run(cfg.tracking, run)
     if as_json:
         print(json.dumps({k: v for k, v in result.items() if k != "table"}, default=str))
     elif "table" in result:

@@ -17,6 +17,7 @@ from whale.cli import (
     fail,
     hold_run_dir,
     load_config,
+    mirror_run,
     new_run_dir,
     out,
     resolve_operator,
@@ -111,6 +112,7 @@ def search_cmd(
                            "continues")  # fmt: skip
     finally:
         restore_signals()
+    mirror_run(cfg.tracking, run_dir)
     if as_json:
         print(json.dumps(meta))
     else:

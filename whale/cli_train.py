@@ -20,6 +20,7 @@ from whale.cli import (
     fail,
     hold_run_dir,
     load_config,
+    mirror_run,
     new_run_dir,
     out,
     resolve,
@@ -72,6 +73,7 @@ def _run(cfg: CotrainConfig, run_dir: Path | None, unsafe: bool, kind: str,
                            "continues")  # fmt: skip
     finally:
         restore()
+    mirror_run(cfg.tracking, run_dir)
     if as_json:
         print(json.dumps({k: v for k, v in meta.items() if k != "table"}, default=str))
     else:

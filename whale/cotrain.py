@@ -77,10 +77,14 @@ class CotrainConfig:
     search: int = 20
     eval: int = 50
     workers: int = 2
+    # mirror the finished run into an experiment tracker (whale.analysis.tracking.track_run):
+    # "none" (default) | "mlflow" | "wandb", offline, files inside the run directory
+    tracking: str = "none"
     seed: int = 0
     out: str | None = None
 
     def validate(self) -> None:
+        cfgmod.one_of(self, "tracking", ("none", "mlflow", "wandb"))
         at_least(self, 1, "rollouts", "harness_iters", "cycles", "max_harness_iters", "m",
                  "train", "search", "eval", "workers")  # fmt: skip
         above(self, 0.0, "weight_epochs", "max_weight_epochs")
@@ -106,7 +110,7 @@ class CotrainConfig:
 
 
 # What a resumed cotrain may change: nothing any recorded outcome, step or session depends on.
-RESUMABLE = {"workers", "out", "runtime.warm", "proposer.timeout_s", "schedules"}
+RESUMABLE = {"workers", "tracking", "out", "runtime.warm", "proposer.timeout_s", "schedules"}
 
 
 def cotrain_splits(task: Task, cfg: CotrainConfig) -> tuple[list[Question], list[Question]]:

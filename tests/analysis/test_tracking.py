@@ -15,6 +15,8 @@ from whale.analysis.tracking import (
     flatten,
     make_tracker,
     numbers,
+    require,
+    track_run,
 )
 
 
@@ -32,11 +34,14 @@ def test_an_unknown_kind_is_refused(tmp_path):
         make_tracker("tensorboard", tmp_path, "run")
 
 
-@pytest.mark.parametrize("kind,module", [("mlflow", "mlflow"), ("wandb", "wandb")])
-def test_a_missing_package_names_the_extra(tmp_path, monkeypatch, kind, module):
+@pytest.mark.parametrize("kind,module,hint", [("mlflow", "mlflow", r"pip install 'whale\[track\]'"),
+                                              ("wandb", "wandb", "pip install wandb")])
+def test_a_missing_package_names_the_install(tmp_path, monkeypatch, kind, module, hint):
     monkeypatch.setitem(sys.modules, module, None)  # import of it fails, installed or not
-    with pytest.raises(TrackingUnavailable, match=r"pip install 'whale\[track\]'"):
+    with pytest.raises(TrackingUnavailable, match=hint):
         make_tracker(kind, tmp_path, "run")
+    with pytest.raises(TrackingUnavailable, match=hint):
+        require(kind)
 
 
 def test_params_are_flattened_and_metrics_keep_numbers():
@@ -134,3 +139,42 @@ def test_real_mlflow_file_store(tmp_path, monkeypatch):
     assert isinstance(t, MlflowTracker)
     run = MlflowClient(tracking_uri=t.uri).get_run(t.run_id)
     assert run.data.params == {"rounds": "3"} and run.data.metrics == {"accuracy": 0.75}
+
+
+def test_track_run_mirrors_the_reports_curves_into_mlflow(tmp_path, monkeypatch):
+    pytest.importorskip("mlflow")
+    from mlflow.tracking import MlflowClient
+
+    from tests.analysis.test_report import make_cotrain
+
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    run = make_cotrain(tmp_path / "run")
+    assert track_run("mlflow", run) >= 2
+    client = MlflowClient(tracking_uri=(run / "mlruns").resolve().as_uri())
+    exp = client.get_experiment_by_name("whale")
+    (mrun,) = client.search_runs([exp.experiment_id])
+    assert mrun.data.params["run.kind"] == "cotrain"
+    key = next(k for k in mrun.data.metrics if k.startswith("cotrain_ eval accuracy"))
+    hist = sorted((m.step, m.value) for m in client.get_metric_history(mrun.info.run_id, key))
+    assert hist == [(0, 0.3), (4, 0.6)]  # make_cotrain's reads: (0 rollouts, 0.3), (4, 0.6)
+
+
+def test_track_run_none_writes_nothing(tmp_path):
+    from tests.analysis.test_report import make_cotrain
+
+    run = make_cotrain(tmp_path / "run")
+    assert track_run("none", run) == 0 and not (run / "mlruns").exists()
+
+
+def test_a_command_refuses_an_unavailable_tracker_before_paying(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from whale.cli import app
+
+    monkeypatch.setitem(sys.modules, "wandb", None)
+    out = tmp_path / "run"
+    r = CliRunner().invoke(app, ["adapt", "--task", "rg:basic_arithmetic", "--harness",
+                                 "single_call", "--solver", "nope", "--proposer", "nope",
+                                 "--set", "tracking=wandb", "--out", str(out)])  # fmt: skip
+    assert r.exit_code == 2 and "pip install wandb" in r.output
+    assert not out.exists()

@@ -131,8 +131,20 @@ def _import(module: str, kind: str) -> Any:
     except ImportError as e:
         raise TrackingUnavailable(
             f"tracking = {kind!r} needs the {kind} package, which is not installed ({e}): "
-            "pip install 'whale[track]' (or set tracking = \"none\")"
+            + ("pip install 'whale[track]'" if kind == "mlflow" else "pip install wandb")
+            + ' (or set tracking = "none")'
         ) from None
+
+
+def require(kind: str) -> None:
+    """Raise TrackingUnavailable now, before a run starts, when `kind`'s package is missing
+    (and ValueError for an unknown kind): a run must not pay for its rollouts and then find
+    out it cannot be mirrored."""
+    if kind == "none":
+        return
+    if kind not in TRACKER_KINDS:
+        raise ValueError(f"unknown tracking kind {kind!r}; known: {', '.join(TRACKER_KINDS)}")
+    _import("mlflow.tracking" if kind == "mlflow" else "wandb", kind)
 
 
 def make_tracker(kind: str, run_dir: Path, name: str) -> Tracker:
@@ -145,3 +157,37 @@ def make_tracker(kind: str, run_dir: Path, name: str) -> Tracker:
     if kind == "wandb":
         return WandbTracker(_import("wandb", kind), run_dir, name)
     raise ValueError(f"unknown tracking kind {kind!r}; known: {', '.join(TRACKER_KINDS)}")
+
+
+def _metric_key(*parts: str) -> str:
+    """MLflow and W&B accept letters, digits, `_-./ `; anything else (hostile titles) is `_`."""
+    key = "/".join(parts)
+    return "".join(c if c.isalnum() or c in "_-./ " else "_" for c in key)[:250]
+
+
+def track_run(kind: str, run_dir: Path, name: str | None = None) -> int:
+    """Mirror a finished run's records into a tracker of `kind`: the config as params, and every
+    point of every curve the report draws (`whale.analysis.report_runs.load_run`: eval accuracy
+    against training rollouts, per-round and per-iteration scores, weight-step rewards, GRPO
+    rewards) as a metric with the point's x as its step. The mirror reads the same records as
+    the report, after the run, so a tracker can never disagree with the run directory and a
+    broken tracker cannot break a run; the cost is that nothing is live while the run is going.
+    Returns the number of metric points logged; 0 and no tracker run for kind "none"."""
+    if kind == "none":
+        return 0
+    from whale.analysis.report_runs import load_run
+
+    data = load_run(run_dir)
+    tracker = make_tracker(kind, run_dir, name or run_dir.name)
+    logged = 0
+    try:
+        tracker.log_params({"run.kind": data.kind, **dict(data.config)})
+        for curve in data.curves:
+            for series, points in curve.series.items():
+                key = _metric_key(curve.title, series)
+                for x, y in points:
+                    tracker.log_metrics({key: y}, step=int(x))
+                    logged += 1
+    finally:
+        tracker.close()
+    return logged

@@ -56,11 +56,15 @@ class AdaptConfig:
     share_dev: bool = True
     score: int | None = None
     workers: int = 4
+    # mirror the finished run into an experiment tracker (whale.analysis.tracking.track_run):
+    # "none" (default) | "mlflow" | "wandb", offline, files inside the run directory
+    tracking: str = "none"
     seed: int = 0
     out: str | None = None
 
     def validate(self) -> None:
         """Ranges, checked by `whale.config.build` on load (types are checked there too)."""
+        cfgmod.one_of(self, "tracking", ("none", "mlflow", "wandb"))
         at_least(self, 1, "rounds", "g", "dev", "eval", "feedback", "workers", "score")
         one_of(self, "select", ("ratchet", "best-of-g"))
         if self.noise_k != 0 and self.noise_k < 2:
@@ -223,6 +227,7 @@ class ResumeMismatch(ValueError):
 RESUMABLE: dict[str, str] = {
     "rounds": "extends the run (refused once the eval split was read)",
     "workers": "how many rollouts run at once",
+    "tracking": "mirrors the finished run into a tracker; never what the run does",
     "out": "where the run directory is",
     "runtime.warm": "jailed workers started ahead of need",
     "propose.concurrency": "proposals asked for at once",

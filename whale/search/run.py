@@ -53,10 +53,14 @@ class SearchConfig:
     dev: int = 25  # the search split
     eval: int = 75  # held out, read once at the end
     workers: int = 4
+    # mirror the finished run into an experiment tracker (whale.analysis.tracking.track_run):
+    # "none" (default) | "mlflow" | "wandb", offline, files inside the run directory
+    tracking: str = "none"
     seed: int = 0
     out: str | None = None
 
     def validate(self) -> None:
+        cfgmod.one_of(self, "tracking", ("none", "mlflow", "wandb"))
         at_least(self, 1, "iterations", "m", "dev", "eval", "workers", "max_rollouts")
         if self.m > 99:  # candidate ids are c<iteration><index:02d>
             raise cfgmod.ConfigError(f"m must be at most 99, got {self.m}")
@@ -73,7 +77,7 @@ class SearchConfig:
 
 
 # What a resumed search may change (nothing any recorded outcome or session depends on).
-RESUMABLE = {"iterations", "workers", "out", "runtime.warm", "proposer.timeout_s",
+RESUMABLE = {"iterations", "workers", "tracking", "out", "runtime.warm", "proposer.timeout_s",
              "max_rollouts", "patience"}  # fmt: skip
 
 

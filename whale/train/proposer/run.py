@@ -65,7 +65,7 @@ _STAGE_SECTIONS = {
     "evaluate": ("evaluate",),
 }
 # Fields that never change what a record says (how fast or where things run).
-RESUMABLE = {"workers", "out", "runtime.warm", "evaluate.only",
+RESUMABLE = {"workers", "tracking", "out", "runtime.warm", "evaluate.only",
              *(f"{m}.{k}" for m in ("solver", "teacher", "reviewer")
                for k in ("threads", "retries", "cache", "cache_path", "api_key_env",
                          "timeout_s"))}  # fmt: skip
@@ -98,9 +98,13 @@ class ProposerTrainConfig:
     from_sft: bool = True  # GRPO starts from the SFT adapter when the run has one
     evaluate: EvaluateSettings = field(default_factory=EvaluateSettings)
     workers: int = 2
+    # mirror the finished run into an experiment tracker (whale.analysis.tracking.track_run):
+    # "none" (default) | "mlflow" | "wandb", offline, files inside the run directory
+    tracking: str = "none"
     out: str | None = None
 
     def validate(self) -> None:
+        cfgmod.one_of(self, "tracking", ("none", "mlflow", "wandb"))
         with cfgmod.part("families"):
             self.families.validate()
         if self.phases < 1 or self.workers < 1:
