@@ -113,3 +113,25 @@ def test_the_run_lock_is_reentrant_within_one_process(tmp_path):
                        capture_output=True, text=True, timeout=60)  # fmt: skip
     assert p.returncode != 0 and "RunDirInUse" in p.stderr  # still held by `outer`
     outer.release()
+
+
+def test_read_untrusted_refuses_links_out_fifos_and_oversize(tmp_path):
+    import os
+
+    from whale.records import UnsafeRead, read_untrusted
+
+    run = tmp_path / "run"
+    (run / "sub").mkdir(parents=True)
+    (tmp_path / "secret").write_text("TOP-SECRET")
+    (run / "ok.txt").write_text("fine")
+    (run / "sub" / "inside").symlink_to(run / "ok.txt")
+    os.symlink(tmp_path / "secret", run / "out")
+    os.symlink(tmp_path, run / "sub" / "updir")  # a directory link out, then a file below it
+    os.mkfifo(run / "fifo")
+    assert read_untrusted(run / "ok.txt", run, 100) == b"fine"
+    assert read_untrusted(run / "sub" / "inside", run, 100) == b"fine"  # a link within is fine
+    for bad in (run / "out", run / "sub" / "updir" / "secret", run / "fifo", run / "missing"):
+        with pytest.raises(UnsafeRead):
+            read_untrusted(bad, run, 100)
+    with pytest.raises(UnsafeRead, match="over the limit"):
+        read_untrusted(run / "ok.txt", run, 3)

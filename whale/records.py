@@ -20,6 +20,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import stat
 import threading
 from pathlib import Path
 from typing import Any
@@ -141,6 +142,49 @@ class JsonlWriter:
 
 _held: dict[str, list[int]] = {}  # real path -> [fd, holders in this process]
 _held_lock = threading.Lock()
+
+
+class UnsafeRead(OSError):
+    """A run-directory file that a reader of untrusted runs refuses (see `read_untrusted`)."""
+
+
+def read_untrusted(path: Path, root: Path, limit: int) -> bytes:
+    """The bytes of `path`, a file inside the run directory `root`, read as a reader of a run
+    someone else wrote must read it (`whale report`, `whale audit`): a symlink anywhere under
+    `root` that resolves outside it, anything that is not a regular file (a FIFO would block
+    for ever, a device could be endless), or more than `limit` bytes is an `UnsafeRead`, an
+    OSError, so callers that already turn OSError into a note need nothing new. Opened with
+    O_NOFOLLOW | O_NONBLOCK and checked with fstat on the open descriptor, so a swap between
+    the check and the read gains nothing. Not covered: hard links to files outside `root`
+    (they are regular files inside it; a run directory is not a security boundary for hard
+    links the reader's own user could make)."""
+    try:
+        real = path.resolve(strict=True)
+        inside = real.is_relative_to(root.resolve(strict=True))
+    except (OSError, RuntimeError) as e:  # RuntimeError: a symlink loop
+        raise UnsafeRead(f"{path}: cannot resolve ({e})") from None
+    if not inside:
+        raise UnsafeRead(f"{path}: a link out of the run directory ({real}): not read")
+    fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafeRead(f"{path}: not a regular file: not read")
+        if st.st_size > limit:
+            raise UnsafeRead(f"{path}: {st.st_size} bytes, over the limit of {limit}: not read")
+        chunks, left = [], limit + 1
+        while left > 0:
+            b = os.read(fd, min(left, 1 << 20))
+            if not b:
+                break
+            chunks.append(b)
+            left -= len(b)
+        data = b"".join(chunks)
+        if len(data) > limit:  # grew while being read
+            raise UnsafeRead(f"{path}: over the limit of {limit} bytes: not read")
+        return data
+    finally:
+        os.close(fd)
 
 
 class RunLock:
