@@ -1,7 +1,10 @@
 """`whale report RUN_DIR`: one self-contained HTML file of a run (registered on `whale.cli.app`).
 
 The page is built by `whale.analysis.report.build_report` (imported when the command runs, so
-matplotlib stays out of `whale --help`). Not covered: opening a browser; the path is printed.
+matplotlib stays out of `whale --help`). A folder holding nothing any run writes (see
+`report_data.has_run_records`) is refused with exit 2 rather than given an empty page; a run
+of a known kind that was cut short still renders, with notes. Not covered: opening a browser;
+the path is printed.
 """
 
 from __future__ import annotations
@@ -28,9 +31,13 @@ def report_cmd(
     """Write one HTML file (no server, no network) of a run: lineage, diffs, curves, metrics,
     proposer format compliance, audit and split reads."""
     from whale.analysis.report import build_report
+    from whale.analysis.report_data import has_run_records
 
     if not run_dir.is_dir():
         fail(f"{run_dir}: not a folder")
+    if not has_run_records(run_dir):
+        fail(f"no run records found in {run_dir} (no round_NN/, archive/, schedule folders, "
+             "train-proposer stages, config.toml or outcomes.jsonl)")  # fmt: skip
     try:
         path = build_report(run_dir, out=out_file)
     except OSError as e:

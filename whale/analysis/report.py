@@ -8,6 +8,12 @@ diffs, reasons, hypotheses, config values) is hostile text and goes through `htm
 harness holding `</pre><script>` shows as text. What could not be read is a visible note in
 its section (report_data.py / report_runs.py collect them), never a crash.
 
+The lineage tree is drawn without recursion and each node once, whatever the parent links
+say: nodes no root reaches (a parent cycle, a node naming itself, a parent id that names no
+node) are drawn under an "unreachable" root with a note, and a chain deeper than MAX_DEPTH
+continues in a flat list. Every `id="node-..."` attribute is unique on the page (a repeat,
+e.g. the same round id in two lineages, gets a `-k` suffix).
+
 The audit section is `whale.analysis.audit.audit_run(run_dir).to_json()`, imported lazily; a
 caller may pass the audit dict instead (`audit=`), and when the module is missing or fails the
 section says so. Not covered: interactive views (no JS by design); images other than the
@@ -19,6 +25,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import re
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +46,7 @@ img{max-width:100%;border:1px solid #ddd}
 """
 
 
+MAX_DEPTH = 100  # nesting of the lineage tree at most; deeper nodes continue in a flat list
 SECTIONS = ("config", "lineage", "curves", "metrics", "compliance", "diffs", "audit", "reads")
 KEY_CONFIG = ("task.id", "harness", "operator", "schedules", "rollouts", "rounds", "g",
               "iterations", "m", "select", "solver.name", "proposer.name", "proposer", "phases",
@@ -87,28 +95,85 @@ def _table(t: Table) -> str:
     return f"<h3>{e(t.title)}</h3><table><tr>{head}</tr>{body}</table>{empty}"
 
 
-def _node_line(n: Node, mark: str) -> str:
+def _html_id(nid: str, used: set[str]) -> str:
+    """A page-unique id attribute for node `nid` (whitespace, which ids may not hold, -> _)."""
+    base = "node-" + re.sub(r"\s", "_", nid)
+    out, k = base, 1
+    while out in used:
+        k += 1
+        out = f"{base}-{k}"
+    used.add(out)
+    return out
+
+
+def _node_line(n: Node, mark: str, used: set[str], parent_shown: bool = False) -> str:
     state = ('<span class="valid">valid</span>' if n.valid
              else f'<span class="invalid">invalid: {e(n.reason) or "-"}</span>')  # fmt: skip
     cls = "node kept" if n.kept else "node"
     kept = f" [{e(mark)}]" if n.kept else ""
-    return (f'<span class="{cls}" id="node-{e(n.id)}">{e(n.id)} {e(n.hash)} score={e(n.score)} '
-            f"({e(n.label)}){kept}</span> {state}")  # fmt: skip
+    parent = f" parent={e(n.parent)}" if parent_shown else ""
+    return (f'<span class="{cls}" id="{e(_html_id(n.id, used))}">{e(n.id)} {e(n.hash)} '
+            f"score={e(n.score)} ({e(n.label)}){parent}{kept}</span> {state}")  # fmt: skip
 
 
-def _tree(lin: Lineage) -> str:
-    children: dict[str | None, list[Node]] = {}
+def _tree(lin: Lineage, used: set[str] | None = None) -> str:
+    """The nested list of `lin` (see the module docstring); `used`: id attributes taken."""
+    if not lin.nodes:
+        return '<p class="note">note: no candidate</p>'
+    used = set() if used is None else used
+    ids = {n.id for n in lin.nodes}
+    children: dict[str, list[Node]] = {}
     for n in lin.nodes:
-        children.setdefault(n.parent, []).append(n)
+        if n.parent is not None:
+            children.setdefault(n.parent, []).append(n)
+    drawn: set[int] = set()  # id() of the nodes already drawn: each node once
+    deferred: list[Node] = []  # reached below MAX_DEPTH: drawn again from a flat list
 
-    def sub(parent: str | None, depth: int) -> str:
-        items = []
-        for n in children.get(parent, []):
-            inner = sub(n.id, depth + 1) if depth < 200 else ""
-            items.append(f'<li class="lineage-node">{_node_line(n, lin.mark)}{inner}</li>')
-        return f'<ul class="tree">{"".join(items)}</ul>' if items else ""
+    def draw(top: list[Node], parent_shown: bool = False) -> str:
+        out = ['<ul class="tree">']
+        stack = [iter(top)]  # one iterator per open <ul>
+        while stack:
+            n = next(stack[-1], None)
+            if n is None:
+                stack.pop()
+                out.append("</ul></li>" if stack else "</ul>")
+                continue
+            if id(n) in drawn:
+                continue
+            drawn.add(id(n))
+            line = _node_line(n, lin.mark, used, parent_shown and len(stack) == 1)
+            out.append(f'<li class="lineage-node">{line}')
+            kids = [k for k in children.get(n.id, []) if id(k) not in drawn]
+            if kids and len(stack) >= MAX_DEPTH:
+                deferred.extend(kids)
+                kids = []
+            if kids:
+                out.append('<ul class="tree">')
+                stack.append(iter(kids))
+            else:
+                out.append("</li>")
+        return "".join(out)
 
-    return sub(None, 0) if lin.nodes else '<p class="note">note: no candidate</p>'
+    def continued() -> str:
+        out = []
+        while deferred:
+            batch, deferred[:] = list(deferred), []
+            out.append(f'<p class="note">note: deeper than {MAX_DEPTH} levels, continued '
+                       "(each first node with its parent)</p>" + draw(batch, True))  # fmt: skip
+        return "".join(out)
+
+    parts = [draw([n for n in lin.nodes if n.parent is None]), continued()]
+    lost = [n for n in lin.nodes if id(n) not in drawn]
+    if lost:
+        missing = sum(n.parent not in ids for n in lost)
+        parts.append(
+            f'<p class="note">note: {len(lost)} candidate(s) no root reaches ({missing} with a '
+            "parent id that names no candidate, the others in a parent cycle or below one): "
+            "drawn under the unreachable root</p>"
+            '<ul class="tree"><li class="lineage-node"><span class="node">unreachable (parent '
+            f"cycle or missing parent)</span>{draw(lost, True)}</li></ul>" + continued()
+        )
+    return "".join(parts)
 
 
 def _diffs(lin: Lineage) -> str:
@@ -201,8 +266,9 @@ def render_html(data: RunData, audit_html: str) -> str:
     if data.summary:
         p.append(_table(Table("summary.json", ["key", "value"], [list(kv) for kv in data.summary])))
     p.append('<h2 id="lineage">Lineage</h2>' + _notes(data, "lineage"))
+    used: set[str] = set()  # id attributes of the page's nodes, unique across lineages
     for lin in data.lineages:
-        p.append(f'<h3>{e(lin.title)}</h3><div class="lineage">{_tree(lin)}</div>')
+        p.append(f'<h3>{e(lin.title)}</h3><div class="lineage">{_tree(lin, used)}</div>')
     p.append('<h2 id="curves">Curves</h2>' + _notes(data, "curves"))
     for c in data.curves:
         p.append(f'<figure><img class="curve" alt="{e(c.title)}" src="{png_data_uri(c)}">'

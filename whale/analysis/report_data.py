@@ -6,7 +6,12 @@ search (`archive/`), adapt (`round_NN/`), a single eval (`harness.py` + `outcome
 "unknown". Every file is hostile: a missing file, a line that is not JSON, a field of the wrong
 type becomes a note on the section it belongs to, never an exception, so a run that was killed
 halfway still gives a report of what it had written. Lineages, curves, tables and split reads
-are collected from whatever of them exists.
+are collected from whatever of them exists. Every read goes through
+`whale.records.read_untrusted` with the run directory as root: a symlink out of the run, a FIFO
+or device, a file over MAX_FILE_BYTES (records) or MAX_SOURCE_BYTES (sources, diffs) is a note
+("not read"), never quoted and never waited on. Non-finite numbers (NaN, Infinity, 1e300 as a
+time) are treated as absent; round folders count only with ASCII digits ("round_2²" is not a
+number); a config or summary nested too deep for the parser is a note.
 
 Not covered: the meaning of fields beyond the few each section shows (the report quotes the
 files, it does not re-check the run's accounting; `whale.analysis.curves` does that for
@@ -18,11 +23,19 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from whale.records import UnsafeRead, read_untrusted
+
+MAX_FILE_BYTES = 64 * 2**20  # one JSON / JSONL / TOML record file read at most (else a note)
+MAX_SOURCE_BYTES = 4 * 2**20  # one harness source or candidate diff read at most
+MAX_FLAT_DEPTH = 32  # config / summary tables stop nesting here (deeper shows as JSON text)
 MAX_DIFF_CHARS = 20_000  # one candidate's diff shown in the report at most (a note says so)
 MAX_ROWS = 200  # rows of one table at most
 
@@ -84,23 +97,64 @@ class RunData:
 # --- tolerant readers ------------------------------------------------------------------------
 
 
-def json_file(path: Path, data: RunData, section: str) -> Any:
-    """The JSON in `path`, or None with a note (missing, unreadable, not JSON)."""
+def read_run_file(path: Path, data: RunData, section: str, limit: int = MAX_FILE_BYTES, *,
+                  missing: bool = True) -> bytes | None:  # fmt: skip
+    """The bytes of `path` read with `read_untrusted` (root: the run directory), or None with
+    a note: missing (only when `missing`), a link out of the run, not a regular file, over
+    `limit` bytes, or any other OSError."""
+    if not os.path.lexists(path):
+        if missing:
+            data.note(section, f"{_rel(path, data)}: missing")
+        return None
     try:
-        return json.loads(path.read_text(encoding="utf-8", errors="replace"))
-    except FileNotFoundError:
-        data.note(section, f"{_rel(path, data)}: missing")
-    except (OSError, ValueError, RecursionError) as e:
+        return read_untrusted(path, data.run_dir, limit)
+    except UnsafeRead as e:
+        why = str(e).removeprefix(f"{path}: ")
+        data.note(section, f"{_rel(path, data)}: {why}")
+    except OSError as e:
+        data.note(section, f"{_rel(path, data)}: unreadable ({type(e).__name__})")
+    return None
+
+
+def unsafe_reason(path: Path, root: Path, limit: int = MAX_FILE_BYTES) -> str | None:
+    """Why `read_untrusted` would refuse `path` (None: it would read it, or `path` is absent),
+    for a module that reads run files with its own reader (`whale.analysis.curves`): the
+    caller checks first and does not call it when a reason comes back. Not covered: a file
+    swapped between this check and that module's read (the check is on paths, not on an open
+    descriptor as `read_untrusted` is)."""
+    if not os.path.lexists(path):
+        return None
+    try:
+        real = path.resolve(strict=True)
+        inside = real.is_relative_to(root.resolve(strict=True))
+        st = os.stat(real)
+    except (OSError, RuntimeError):
+        return "cannot resolve"
+    if not inside:
+        return "a link out of the run directory"
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file"
+    if st.st_size > limit:
+        return f"{st.st_size} bytes, over the limit of {limit}"
+    return None
+
+
+def json_file(path: Path, data: RunData, section: str) -> Any:
+    """The JSON in `path`, or None with a note (missing, refused, unreadable, not JSON)."""
+    raw = read_run_file(path, data, section)
+    if raw is None:
+        return None
+    try:
+        return json.loads(raw.decode("utf-8", errors="replace"))
+    except (ValueError, RecursionError) as e:
         data.note(section, f"{_rel(path, data)}: unreadable ({type(e).__name__})")
     return None
 
 
 def jsonl_rows(path: Path, data: RunData, section: str) -> list[dict[str, Any]]:
     """The JSON objects of a JSONL file; other lines are skipped and counted in a note."""
-    try:
-        raw = path.read_bytes()
-    except OSError:
-        data.note(section, f"{_rel(path, data)}: missing")
+    raw = read_run_file(path, data, section)
+    if raw is None:
         return []
     rows, bad = [], 0
     for line in raw.split(b"\n"):
@@ -126,15 +180,28 @@ def _rel(path: Path, data: RunData) -> str:
         return str(path)
 
 
-def _text(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None
+def text_file(path: Path, data: RunData, section: str = "lineage") -> str | None:
+    """A source or diff of the run (None when absent; refused reads are a note)."""
+    raw = read_run_file(path, data, section, MAX_SOURCE_BYTES, missing=False)
+    return None if raw is None else raw.decode("utf-8", errors="replace")
 
 
 def num(v: Any) -> float | None:
-    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+    """A finite number, else None (booleans, NaN, infinities and ints too big for a float
+    are not numbers the report can place)."""
+    if not isinstance(v, int | float) or isinstance(v, bool):
+        return None
+    try:
+        f = float(v)
+    except OverflowError:
+        return None
+    return f if math.isfinite(f) else None
+
+
+def round_number(name: str) -> int | None:
+    """N of a "round_N" folder: ASCII digits only (str.isdigit takes "²"), at most 9 of them."""
+    m = re.fullmatch(r"round_([0-9]{1,9})", name)
+    return int(m.group(1)) if m else None
 
 
 def _str(v: Any) -> str | None:
@@ -181,33 +248,50 @@ def run_kind(run_dir: Path) -> str:
     return "unknown"
 
 
-def _flat(d: Any, prefix: str = "") -> list[tuple[str, str]]:
+# any run writes one of these at its top
+RECORD_NAMES = ("config.toml", "summary.json", "seed.json", "outcomes.jsonl", "harness.py",
+                "eval_read.json", "harnesses", "sessions")  # fmt: skip
+
+
+def has_run_records(run_dir: Path) -> bool:
+    """Whether `run_dir` holds anything a run writes: a known run kind, or one of
+    RECORD_NAMES at its top (a run killed before its first round still shows, with notes).
+    `whale report` refuses a folder without any, rather than writing an empty "unknown" page."""
+    if not run_dir.is_dir():
+        return False
+    return run_kind(run_dir) != "unknown" or any(os.path.lexists(run_dir / n) for n in RECORD_NAMES)
+
+
+def _flat(d: Any, prefix: str = "", depth: int = 0) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     if isinstance(d, dict):
         for k, v in d.items():
-            out += _flat(v, f"{prefix}{k}.") if isinstance(v, dict) else [(f"{prefix}{k}",
-                                                                          _short(v))]  # fmt: skip
+            if isinstance(v, dict) and depth < MAX_FLAT_DEPTH:
+                out += _flat(v, f"{prefix}{k}.", depth + 1)
+            else:
+                out.append((f"{prefix}{k}", _short(v)))
     return out
 
 
 def _short(v: Any) -> str:
-    s = json.dumps(v, default=str) if not isinstance(v, str) else v
+    try:
+        s = json.dumps(v, default=str) if not isinstance(v, str) else v
+    except (ValueError, RecursionError):
+        s = f"({type(v).__name__} nested too deep to show)"
     return s if len(s) <= 160 else s[:157] + "..."
 
 
 def load_config(data: RunData) -> None:
-    path = data.run_dir / "config.toml"
-    if not path.is_file():
-        data.note("config", "config.toml: missing")
-    else:
+    raw = read_run_file(data.run_dir / "config.toml", data, "config")
+    if raw is not None:
         import tomllib
 
         try:
-            data.config = _flat(tomllib.loads(path.read_text(encoding="utf-8", errors="replace")))
-        except (ValueError, OSError) as e:
+            data.config = _flat(tomllib.loads(raw.decode("utf-8", errors="replace")))
+        except (ValueError, RecursionError) as e:
             data.note("config", f"config.toml: unreadable ({type(e).__name__})")
     summary = data.run_dir / "summary.json"
-    if summary.is_file():
+    if os.path.lexists(summary):
         s = json_file(summary, data, "config")
         if isinstance(s, dict):
             data.summary = [(k, v) for k, v in _flat(s)
@@ -217,8 +301,24 @@ def load_config(data: RunData) -> None:
 # --- lineages --------------------------------------------------------------------------------
 
 
+def _unique(nid: str, used: set[str], pos: int) -> str:
+    """`nid`, or `nid#pos` (then `nid#pos.k`) when another node of the lineage already has it:
+    two nodes sharing an id would make the parent links ambiguous (and the tree branch on
+    every shared id)."""
+    out, k = nid, 0
+    if out in used:
+        out = f"{nid}#{pos}"
+    while out in used:
+        k += 1
+        out = f"{nid}#{pos}.{k}"
+    used.add(out)
+    return out
+
+
 def archive_lineage(root: Path, title: str, data: RunData) -> Lineage:
-    """A Meta-Harness archive (search, or a cotrain harness phase with the search operator)."""
+    """A Meta-Harness archive (search, or a cotrain harness phase with the search operator).
+    A parent_id naming no candidate stays as recorded (the tree shows the node as unreachable);
+    a repeated id gets a `#pos` suffix and parent links go to its first holder."""
     metas: list[dict[str, Any]] = []
     for folder in sorted(p for p in root.glob("c[0-9]*") if p.is_dir()):
         m = json_file(folder / "meta.json", data, "lineage")
@@ -232,17 +332,17 @@ def archive_lineage(root: Path, title: str, data: RunData) -> Lineage:
     ids = {m["id"] for m in metas}
     best = max((m for m in metas if num(m.get("score")) is not None),
                key=lambda m: num(m.get("score")) or 0.0, default=None)  # fmt: skip
-    nodes = []
-    for m in metas:
+    nodes: list[Node] = []
+    used: set[str] = set()
+    for pos, m in enumerate(metas):
         parent = _str(m.get("parent_id"))
         it = m.get("iteration")
         diff = None
         if parent is not None and parent in ids:
-            diff = diff_text(
-                _text(root / parent / "harness.py"), _text(root / m["id"] / "harness.py")
-            )
+            diff = diff_text(text_file(root / parent / "harness.py", data),
+                             text_file(root / m["id"] / "harness.py", data))  # fmt: skip
         nodes.append(Node(
-            id=m["id"], parent=parent if parent in ids else None, hash=_str(m.get("hash")),
+            id=_unique(m["id"], used, pos), parent=parent, hash=_str(m.get("hash")),
             score=num(m.get("score")), valid=m.get("valid") is True,
             reason=str(m.get("reason") or ""),
             label="seed" if parent is None else f"iteration {it}",
@@ -254,22 +354,24 @@ def archive_lineage(root: Path, title: str, data: RunData) -> Lineage:
 def rounds_lineage(root: Path, title: str, harness_dirs: list[Path], data: RunData,
                    seed_hash: str | None = None) -> Lineage:  # fmt: skip
     """round_NN/ folders of adapt (or of a ratchet evaluation): candidates.json, decision.json,
-    candidate_i.diff; sources looked up as <hash>.py in `harness_dirs` when a diff is absent."""
+    candidate_i.diff; sources looked up as <hash>.py in `harness_dirs` when a diff is absent.
+    Node ids are r<round>.<index>, made unique with a `#pos` suffix when repeated."""
 
     def source(h: str | None) -> str | None:
         for d in harness_dirs:
-            if h and (text := _text(d / f"{h}.py")) is not None:
+            if h and (text := text_file(d / f"{h}.py", data)) is not None:
                 return text
         return None
 
     by_hash: dict[str, str] = {}  # harness hash -> id of the node that first produced it
     nodes: list[Node] = []
+    used: set[str] = set()
     rounds = sorted(p for p in root.glob("round_[0-9]*") if p.is_dir())
     for rd in rounds:
-        t = rd.name.removeprefix("round_")
+        t = round_number(rd.name)
         cands = json_file(rd / "candidates.json", data, "lineage")
-        decision = json_file(rd / "decision.json", data, "lineage") if (
-            rd / "decision.json").exists() else None  # fmt: skip
+        decision = json_file(rd / "decision.json", data, "lineage") if os.path.lexists(
+            rd / "decision.json") else None  # fmt: skip
         if not isinstance(cands, list):
             continue
         chosen = decision.get("chosen") if isinstance(decision, dict) else None
@@ -280,20 +382,22 @@ def rounds_lineage(root: Path, title: str, harness_dirs: list[Path], data: RunDa
             ph = _str(c.get("parent_hash"))
             if ph and ph not in by_hash:  # the seed (or a parent made outside these rounds)
                 root_id = "seed" if ph == seed_hash or not by_hash else f"h:{ph}"
+                root_id = _unique(root_id, used, pos)
                 nodes.append(Node(root_id, None, ph, num(decision.get("parent_score"))
                                   if isinstance(decision, dict) and decision.get("parent_hash")
                                   == ph else None, True, "", "seed"))  # fmt: skip
                 by_hash[ph] = root_id
             idx = c.get("index", pos)
-            nid = f"r{int(t) if t.isdigit() else t}.{idx}"
+            nid = _unique(f"r{rd.name.removeprefix('round_') if t is None else t}.{idx}", used,
+                          pos)  # fmt: skip
             h = _str(c.get("hash"))
-            diff = _text(rd / f"candidate_{idx}.diff")
+            diff = text_file(rd / f"candidate_{idx}.diff", data)
             if diff is None:
                 diff = diff_text(source(ph), source(h))
             nodes.append(Node(
                 id=nid, parent=by_hash.get(ph or ""), hash=h, score=num(c.get("score")),
                 valid=c.get("valid") is True, reason=str(c.get("reason") or ""),
-                label=f"round {int(t)}" if t.isdigit() else rd.name,
+                label=rd.name if t is None else f"round {t}",
                 kept=chosen == idx and chosen is not None, diff=_cap(diff),
             ))  # fmt: skip
             if h and h not in by_hash:
@@ -307,9 +411,9 @@ def lineage_curve(lin: Lineage, title: str) -> Curve | None:
     """Candidate scores and the running best against round / iteration (the label's number)."""
     pts: list[tuple[float, float]] = []
     for n in lin.nodes:
-        m = re.search(r"(\d+)$", n.label)
+        m = re.search(r"([0-9]{1,9})$", n.label)
         x = 0.0 if n.label == "seed" else float(m.group(1)) if m else None
-        if x is not None and n.score is not None:
+        if x is not None and n.score is not None and math.isfinite(n.score):
             pts.append((x, n.score))
     if not pts:
         return None
@@ -388,6 +492,10 @@ def split_reads(data: RunData) -> None:
 
 
 def _iso(t: float) -> str:
+    """UTC time of a POSIX timestamp; a time the C library cannot place shows as the number."""
     import time
 
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + "Z"
+    try:
+        return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + "Z"
+    except (OverflowError, OSError, ValueError):
+        return f"{t!r} (not a time)"

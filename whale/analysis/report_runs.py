@@ -10,8 +10,13 @@
   evaluation readings per family, teacher acceptance and proposals that applied;
 - eval: the ledger metrics of one `whale eval` run.
 
+`whale.analysis.curves` reads the cotrain ledgers and reads with its own (trusting) reader, so
+before calling it every file it would open is checked with `unsafe_reason`; when one is a link
+out of the run, a FIFO or over the size limit, curves is not called and the reads are drawn
+unchecked from the safe reader, with a note.
+
 Not covered: a cotrain harness phase run by an operator whose folder is neither an archive nor
-round folders (noted as such).
+round folders (noted as such); a file swapped for a FIFO between that check and curves' read.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from whale.analysis.report_data import (
     run_kind,
     schedule_dirs,
     split_reads,
+    unsafe_reason,
 )
 
 
@@ -108,7 +114,10 @@ def _cotrain(data: RunData) -> None:
     from whale.records import RecordError
 
     d = data.run_dir
+    refused = _refused_by_curves(d)
     try:
+        if refused:
+            raise RecordError(f"{refused}: not read")
         reads = curve_rows(d)
     except RecordError as e:
         data.note("curves", f"reads not checked against the ledger: {e}")
@@ -125,6 +134,8 @@ def _cotrain(data: RunData) -> None:
     else:
         data.note("curves", "no eval read to draw")
     try:
+        if refused:
+            raise RecordError(f"{refused}: not read")
         phases = phase_table(d)
     except RecordError as e:
         data.note("metrics", f"phase table: {e}")
@@ -136,6 +147,18 @@ def _cotrain(data: RunData) -> None:
                               cols, [[p.get(c) for c in cols] for p in phases]))  # fmt: skip
     for s in schedule_dirs(d):
         _schedule(data, s)
+
+
+def _refused_by_curves(run_dir: Path) -> str | None:
+    """The first ledger or reads file that `whale.analysis.curves` would open (outcomes.jsonl /
+    reads.jsonl of any sub-folder) and `read_untrusted` would refuse, as "<file>: <why>"."""
+    for sub in sorted(run_dir.iterdir()):
+        if not sub.is_dir():
+            continue
+        for name in ("outcomes.jsonl", "reads.jsonl"):
+            if why := unsafe_reason(sub / name, run_dir):
+                return f"{sub.name}/{name}: {why}"
+    return None
 
 
 def _schedule(data: RunData, s: Path) -> None:
