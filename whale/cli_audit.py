@@ -1,17 +1,22 @@
 """`whale audit RUN_DIR`: the structural audit and the screens of a run (registered on
-`whale.cli.app`). Prints the counts per family and class and every failed screen, and writes
-RUN_DIR/audit.json atomically. Reads the run; never executes a harness."""
+`whale.cli.app`). Prints the counts per family and class and every failed screen, then writes
+RUN_DIR/audit.json atomically. Reads the run; never executes a harness.
+
+Exit codes: 0 shown and written; 1 shown but audit.json could not be written (a read-only
+folder, an audit.json that is a folder: a warning on stderr says why); 2 nothing to audit (not
+a folder, or no harness and no dataset of edits in it: nothing is written)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 
-from whale.cli import app, fail, out
+from whale.cli import app, err, fail, out
 
 
 @app.command("audit")
@@ -28,16 +33,26 @@ def audit_cmd(
     if not run_dir.is_dir():
         fail(f"{run_dir}: not a run directory")
     audit = audit_run(run_dir, echo=not no_echo)
-    try:
-        path = write_audit(audit)
-    except OSError as e:
-        fail(f"cannot write {run_dir / 'audit.json'}: {e.strerror or e}")
+    if not audit.harnesses and not audit.screens:
+        fail(f"no harness found in {run_dir}")
     data = audit.to_json()
+    path = run_dir / "audit.json"
     if as_json:
         print(json.dumps({**data, "path": str(path)}))
-        return
-    classes = [c for c in (*AUDIT_CLASSES, UNPARSEABLE)
-               if any(c in row for row in data["counts"].values())]  # fmt: skip
+    else:
+        _print(data, run_dir, [*AUDIT_CLASSES, UNPARSEABLE])
+    try:
+        write_audit(audit, path)
+    except OSError as e:
+        err.print(f"[yellow]warning:[/yellow] cannot write {escape(str(path))}: "
+                  f"{escape(str(e.strerror or e))}", soft_wrap=True)  # fmt: skip
+        raise typer.Exit(1) from None
+    if not as_json:
+        out.print(f"wrote {escape(str(path))}")
+
+
+def _print(data: dict[str, Any], run_dir: Path, all_classes: list[str]) -> None:
+    classes = [c for c in all_classes if any(c in row for row in data["counts"].values())]
     table = Table(title=f"harness classes in {escape(str(run_dir))}")
     table.add_column("family")
     for c in classes:
@@ -52,4 +67,3 @@ def audit_cmd(
         out.print(f"  {escape(s['screen'])} {escape(s['hash'])}: {escape(ev)}", soft_wrap=True)
     for note in data["notes"]:
         out.print(f"note: {escape(note)}", soft_wrap=True)
-    out.print(f"wrote {escape(str(path))}")

@@ -215,6 +215,11 @@ def test_hostile_sources() -> None:
     assert set(AUDIT_CLASSES) >= {classify(s).cls for s in (SINGLE, RETRY, NO_SOLVER)}
 
 
+BROKEN = "def run(question, env:\n"
+COPY = RETRY.replace("messages", "msgs") + "# a comment\n"
+BROKEN_H, COPY_H = harness_hash(BROKEN), harness_hash(COPY)
+
+
 def make_run(root: Path) -> Path:
     """A hand-made cotrain-like run: config, harnesses/, trajectories/, ledger, the lineage of
     its seed and first round, and one harness-phase archive with an unparseable candidate."""
@@ -238,13 +243,13 @@ def make_run(root: Path) -> Path:
     ))  # fmt: skip
     cand = run / "harness" / "phase_01" / "c0001"
     cand.mkdir(parents=True)
-    (cand / "harness.py").write_text("def run(question, env:\n")
-    (cand / "meta.json").write_text(json.dumps({"id": "c0001", "hash": "deadbeef"}))
+    (cand / "harness.py").write_text(BROKEN)
+    (cand / "meta.json").write_text(json.dumps({"id": "c0001", "hash": BROKEN_H}))
     (cand / "trajectories.jsonl").write_text("{bad\n")
     copy = run / "harness" / "phase_01" / "c0002"
     copy.mkdir()
-    (copy / "harness.py").write_text(RETRY.replace("messages", "msgs") + "# a comment\n")
-    (copy / "meta.json").write_text(json.dumps({"id": "c0002", "hash": "c0ffee"}))
+    (copy / "harness.py").write_text(COPY)
+    (copy / "meta.json").write_text(json.dumps({"id": "c0002", "hash": COPY_H}))
     return run
 
 
@@ -253,18 +258,15 @@ def test_audit_run(tmp_path: Path) -> None:
     data = audit_run(run, echo=False).to_json()
     assert data["counts"] == {"t:fam": {"single_call": 1, "retry_loop": 2, UNPARSEABLE: 1}}
     by_hash = {h["hash"]: h for h in data["harnesses"]}
-    assert by_hash["deadbeef"]["class"] == UNPARSEABLE
+    assert by_hash[BROKEN_H]["class"] == UNPARSEABLE
     failed = {(s["hash"], s["screen"]) for s in data["screens"] if not s["passed"]}
-    assert ("deadbeef", "interface") in failed and ("deadbeef", "oracle_access") in failed
-    assert ("c0ffee", "duplicate") in failed  # renamed copy of the retry harness
+    assert (BROKEN_H, "interface") in failed and (BROKEN_H, "oracle_access") in failed
+    assert (COPY_H, "duplicate") in failed  # renamed copy of the retry harness
     assert any("not a trajectory record" in n for n in data["notes"])
     assert "answer echo not screened (turned off)" in data["notes"]
 
 
 # --- lineage order of the duplicate screen (not file times) ----------------------------------
-
-COPY = RETRY.replace("messages", "msgs") + "# a comment\n"
-
 
 def copy_named_before(seed: str) -> str:
     """A renamed copy of RETRY whose hash sorts before `seed`'s, so that neither file times

@@ -68,7 +68,7 @@ def test_oracle_access_finds_task_packages_files_environment() -> None:
     assert oracle_access(CLEAN) == []
     assert oracle_access("def run(q, env:\n") is None  # could not be checked
     dyn = "def run(q, env):\n    m = __import__('datasets')\n    return q\n"
-    assert oracle_access(dyn) == ["line 2: task package import: __import__('datasets')"]
+    assert "line 2: task package import: __import__('datasets')" in (oracle_access(dyn) or [])
     assert oracle_access(CLEAN.replace("env.llm", "task.llm"), ["task"]) == []
 
 

@@ -17,7 +17,11 @@ returns, or a `while` whose test carries such output.
 
 Classes, in priority order (the first that applies):
 1. unparseable: the source does not parse, is over `MAX_SOURCE_CHARS`, or cannot be read.
-2. no_solver: no model call reachable from `run`, or trajectories exist and none made a model call.
+2. no_solver: no model call reachable from `run` (the last top-level `def run`: the one Python
+   binds), or trajectories exist and none made a model call. When the AST sees no model call
+   but trajectories made some (an alias, a lambda, a method of a class), the trajectories win:
+   retry_loop when some run made more than one call, else single_call, with the evidence
+   "model called through a path the AST does not see".
 3. multihop_summaries: retrieval happens more than once (two call sites, or one in a loop)
    and a model call's prompt holds "summary" text: model-written notes carried between hops.
 4. multihop_passages: retrieval happens more than once and retrieved passages ("ret") reach a
@@ -26,8 +30,9 @@ Classes, in priority order (the first that applies):
    inside it whose result reaches a model prompt in that loop, or a tool call in it when the
    helper's arguments carry no model text (a helper that only cuts code out of a reply is the
    interpreter loop's extractor, not a composed tool). `functional` is then read off the
-   trajectories: True when on some trajectory the final answer occurs in a tool result or in a
-   model reply after the first tool call (the text the loop composed reached the answer);
+   trajectories: True when on some trajectory the final answer occurs (`answer_occurs`: as a
+   number token of the same value, or as whole words) in a tool result or in a model reply
+   after the first tool call (the text the loop composed reached the answer);
    False when it never does; None without trajectories. It is None for every other class.
 6. interpreter_loop: a `tools.python` call fed with model output inside a loop that also
    calls the model.
@@ -40,23 +45,32 @@ Classes, in priority order (the first that applies):
 `audit_run(run_dir)` audits every harness of an adapt, search, cotrain, train-proposer or eval
 run, as `whale.analysis.run_files.scan_run` finds them; its family is the nearest
 `config.toml`'s `[task] id`, else the task part of its trajectories' question ids
-"<family>:<seed>:<index>", else "unknown". Each (family, hash) is audited once and the screens
+"<family>:<seed>:<index>", else "unknown". A harness's identity is the hash of its text
+(`whale.harness.harness_hash`), never the file name or meta.json hash a run records (a note
+says when they differ), so a second source under a known name is audited and screened too.
+Each (family, hash) is audited once and the screens
 of `whale.analysis.screens` run on each, in lineage order (`run_files.Lineage.order`: seed and
 parents before children, never file times, so a copied run reads the same), and on the
 train-proposer teacher's datasets of edits.
 
-Hostile input: files are read with size caps (`run_files.MAX_TRAJECTORY_BYTES`,
-`MAX_TRAJECTORIES`); a garbage trajectory line is counted in the evidence and skipped; symlinks
-are not followed.
-Not covered: calls through aliases (`f = env.llm; f(...)`, `getattr(env, "llm")`), methods of
-classes the harness defines, data flow through module-level globals mutated at run time, and
-code assembled from strings. The labels over-approximate (a variable once tainted stays so).
+Hostile input: every run file is read with `whale.records.read_untrusted` inside the run (no
+link out, regular files only, size caps `run_files.MAX_TRAJECTORY_BYTES`, `MAX_TRAJECTORIES`);
+a source that cannot be read is unparseable and fails its screens ("source not read"); a
+garbage trajectory line is counted in a note and skipped; a config.toml nested too deeply to
+parse is a note.
+Not covered: the AST walk does not follow calls through aliases (`f = env.llm; f(...)`,
+`getattr(env, "llm")`), methods of classes the harness defines, lambdas, data flow through
+module-level globals mutated at run time, or code assembled from strings; only recorded
+trajectories correct the class then (a harness never run stays no_solver, and the loop
+structure of a hidden call is guessed from the call count). The labels over-approximate (a
+variable once tainted stays so).
 """
 
 from __future__ import annotations
 
 import ast
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,7 +103,11 @@ class _Flow:
     """The abstract interpreter of the module docstring."""
 
     def __init__(self, tree: ast.Module) -> None:
-        self.defs = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+        # top-level defs as Python binds them (a later def of a name replaces the earlier),
+        # then nested ones of other names
+        top = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+        nested = {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+        self.defs = {**nested, **top}
         self.env_fns = _env_functions(self.defs)
         self.sinks: dict[tuple[int, _Loops], _Sink] = {}
         self.checks: list[tuple[int, _Loops]] = []
@@ -343,7 +361,9 @@ def classify(
         return out
     if fault:
         out.evidence.append(f"run contract: harness {fault}")
-    run = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "run"), None)
+    # the last top-level `def run` is the one Python binds (an earlier one is a decoy)
+    runs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "run"]
+    run = runs[-1] if runs else None
     flow = _Flow(tree)
     if run is not None:
         try:
@@ -454,6 +474,11 @@ def _trajectory_checks(trajs: list[Trajectory], out: HarnessAudit) -> None:
     if max(calls) == 0:
         out.cls = "no_solver"
         out.evidence.append("no trajectory made a model call")
+    elif out.cls == "no_solver":  # an alias, a lambda, a method: the runs say the model ran
+        q = trajs[calls.index(max(calls))].question_id
+        out.cls = "retry_loop" if max(calls) > 1 else "single_call"
+        out.evidence.append(f"model called through a path the AST does not see: {q} made "
+                            f"{max(calls)} model call(s)")  # fmt: skip
     elif out.cls == "single_call" and "chain:" not in " ".join(out.structural) and max(calls) > 1:
         q = trajs[calls.index(max(calls))].question_id
         out.cls = "retry_loop"
@@ -463,7 +488,7 @@ def _trajectory_checks(trajs: list[Trajectory], out: HarnessAudit) -> None:
 
 
 def _answer_via_loop(t: Trajectory) -> bool:
-    answer = (t.answer or "").strip()
+    answer = (t.answer or "").strip() if isinstance(t.answer, str) else ""
     if not answer:
         return False
     seen_tool = False
@@ -472,11 +497,34 @@ def _answer_via_loop(t: Trajectory) -> bool:
             continue
         if e.get("kind") == "tool":
             seen_tool = True
-            if answer in str(e.get("result", "")):
+            if answer_occurs(answer, str(e.get("result", ""))):
                 return True
-        elif e.get("kind") == "model" and seen_tool and answer in str(e.get("text", "")):
-            return True
+        elif e.get("kind") == "model" and seen_tool:
+            if answer_occurs(answer, str(e.get("text", ""))):
+                return True
     return False
+
+
+_NUMBER = re.compile(r"[-+]?\d+(?:,\d{3})*(?:\.\d+)?")
+_NUMBER_IN_TEXT = re.compile(r"(?<![\w.])[-+]?\d+(?:,\d{3})*(?:\.\d+)?(?![\w]|\.\d)")
+
+
+def answer_occurs(answer: str, text: str) -> bool:
+    """Whether `answer` occurs in `text` as a whole: a number as a number token of the same
+    value ("4" is in "x = 4.0" but not in "line 14"), any other answer case- and
+    space-insensitively at word boundaries ("Paris" is not in "Parisian")."""
+    answer = " ".join(answer.split())
+    if not answer:
+        return False
+    text = text[:1_000_000]
+    if _NUMBER.fullmatch(answer):
+        want = float(answer.replace(",", ""))
+        return any(abs(float(m.group(0).replace(",", "")) - want) <= 1e-9 * max(1.0, abs(want))
+                   for m in _NUMBER_IN_TEXT.finditer(text))  # fmt: skip
+    pattern = r"\s+".join(re.escape(w) for w in answer.split(" "))
+    pattern = (r"(?<!\w)" if answer[0].isalnum() else "") + pattern
+    pattern += r"(?!\w)" if answer[-1].isalnum() else ""
+    return re.search(pattern, text, re.IGNORECASE) is not None
 
 
 # --- run directories -------------------------------------------------------------------------
@@ -523,29 +571,34 @@ def audit_run(run_dir: Path, *, echo: bool = True) -> RunAudit:
     found = rf.scan_run(run_dir, audit.notes)
     cache: dict[Path, dict[str, Any] | None] = {}
     by_key: dict[tuple[str, str], tuple[str, list[Trajectory], str | None]] = {}
+    unread: dict[tuple[str, str], str] = {}  # (family, hash) -> why its source was not read
     dev: dict[str, set[str]] = {}
     task_cfg: dict[str, dict[str, Any]] = {}
     sources: dict[str, str] = {}
     # per (family, hash): the earliest position its own folders record, and its first file name
     places: dict[tuple[str, str], tuple[rf.Position | None, str]] = {}
     for site in found.sites:
-        text, why = rf.read_text(site.source, MAX_SOURCE_CHARS)
+        text, why = rf.read_text(site.source, MAX_SOURCE_CHARS, run_dir)
         if why:
             audit.notes.append(why)
-        h = site.hash or (_hash(text) if text is not None else site.source.stem)
-        trajs, tnotes = rf.read_trajectories(site.trajectories, h if site.hash else None)
+        h = _hash(text) if text is not None else site.hash or site.source.stem
+        if site.hash and site.hash != h:  # the text is what runs: its hash is the identity
+            where = site.source.relative_to(run_dir).as_posix()
+            audit.notes.append(f"{where}: recorded as {site.hash!r}, but its text hashes to "
+                               f"{h!r}: audited and screened as {h!r}")  # fmt: skip
+        trajs, tnotes = rf.read_trajectories(site.trajectories, h if site.hash else None, run_dir)
         audit.notes += tnotes
-        cfg = rf.config_task(site.source.parent, run_dir, cache)
+        cfg = rf.config_task(site.source.parent, run_dir, cache, audit.notes)
         fam = cfg["id"] if cfg else next((f for t in trajs if (f := rf.family_of(t.question_id))),
                                          None)  # fmt: skip
-        ids = rf.dev_ids(site.ledger)
+        ids = rf.dev_ids(site.ledger, run_dir)
         fam = fam or next((f for q in sorted(ids) if (f := rf.family_of(q))), None) or "unknown"
         dev.setdefault(fam, set()).update(ids)
         if cfg:
             task_cfg.setdefault(fam, cfg)
         parent = None
         if site.parent is not None and site.parent.is_file():
-            parent, _ = rf.read_text(site.parent, MAX_SOURCE_CHARS)
+            parent, _ = rf.read_text(site.parent, MAX_SOURCE_CHARS, run_dir)
         key = (fam, h)
         own, name = places.get(key, (None, site.source.relative_to(run_dir).as_posix()))
         if site.position is not None:
@@ -554,17 +607,22 @@ def audit_run(run_dir: Path, *, echo: bool = True) -> RunAudit:
         if key in by_key:
             kept = by_key[key][1]
             kept.extend(trajs[: max(0, rf.MAX_TRAJECTORIES - len(kept))])
+            if key in unread and text is not None:  # another copy of it could be read
+                by_key[key] = (text, kept, parent)
+                del unread[key]
         else:
             by_key[key] = (text if text is not None else "", trajs, parent)
+            if text is None:
+                unread[key] = why
         if text is not None:
             sources.setdefault(h, text)
     echoes: dict[str, Any] = {}
-    for fam in sorted(
-        {f for f, _ in by_key} | {r.family for d in found.datasets for r in sc.edit_rows(d)}
-    ):
+    datasets = {d: list(sc.edit_rows(d, root=run_dir)) for d in found.datasets}
+    edit_families = {r.family for rows in datasets.values() for r in rows}
+    for fam in sorted({f for f, _ in by_key} | edit_families):
         if not echo:
             continue
-        screen, why = sc.dev_echo_screen(fam, dev.get(fam, set()), task_cfg.get(fam))
+        screen, why = sc.dev_echo_screen(fam, dev.get(fam, set()), task_cfg.get(fam), run_dir)
         if screen is not None:
             echoes[fam] = screen
         else:
@@ -577,11 +635,20 @@ def audit_run(run_dir: Path, *, echo: bool = True) -> RunAudit:
         order = found.lineage.order({h: places[(f, h)] for f, h in by_key if f == fam})
         group = [(h, *by_key[(fam, h)]) for h in order]
         for h, text, trajs, _ in group:
-            audit.harnesses.append(classify(text, trajs, key=h, family=fam))
-        audit.screens += sc.screen_archive([(h, text, parent) for h, text, _, parent in group],
-                                           echo=echoes.get(fam))  # fmt: skip
-    for d in found.datasets:
-        audit.screens += sc.screen_edit_rows(sc.edit_rows(d), sources, echo=echoes)
+            if (fam, h) in unread:  # nothing to audit or screen: say so, never pass it
+                why = f"source not read: {unread[(fam, h)]}"
+                audit.harnesses.append(HarnessAudit(h, fam, UNPARSEABLE, evidence=[why]))
+                audit.screens += [sc.ScreenResult(h, "interface", False, [why]),
+                                  sc.ScreenResult(h, "oracle_access", False,
+                                                  [f"not checked: {why}"])]  # fmt: skip
+            else:
+                audit.harnesses.append(classify(text, trajs, key=h, family=fam))
+        audit.screens += sc.screen_archive(
+            [(h, text, parent) for h, text, _, parent in group if (fam, h) not in unread],
+            echo=echoes.get(fam),
+        )
+    for rows in datasets.values():
+        audit.screens += sc.screen_edit_rows(rows, sources, echo=echoes)
     return audit
 
 

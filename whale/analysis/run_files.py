@@ -31,9 +31,13 @@ recorded several times takes its earliest position. `Lineage.order` sorts topolo
 come after the recorded ones, in file name order. A cycle (a hostile record) is cut at its
 earliest member.
 
-Hostile input: every file is read with a size cap and a garbage record is skipped; a
-trajectory file's garbage lines are counted in a note. Not covered: lineage a run does not
-write down (an eval run's harnesses are in file name order), and runs whose files were renamed.
+Hostile input: every file is read with `whale.records.read_untrusted` inside the run folder
+(a symlink out of it, a FIFO or device, or more than a size cap is refused: a note for
+harness sources, trajectories and configs, nothing for lineage records) and a garbage record
+is skipped; a trajectory file's garbage lines are counted in a note; a config.toml too deeply
+nested for the TOML parser (RecursionError) counts as no config, with a note.
+Not covered: lineage a run does not write down (an eval run's harnesses are in file name
+order), and runs whose files were renamed.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from whale.harness.trajectory import Trajectory
+from whale.records import UnsafeRead, read_untrusted
 
 MAX_TRAJECTORY_BYTES = 64_000_000
 MAX_TRAJECTORIES = 500
@@ -128,34 +133,36 @@ class RunFiles:
     lineage: Lineage = field(default_factory=Lineage)
 
 
-def read_text(path: Path, limit: int) -> tuple[str | None, str]:
-    """The text of `path` (undecodable bytes replaced), or None and why not (over `limit`
-    bytes, unreadable)."""
+def read_text(path: Path, limit: int, root: Path | None = None) -> tuple[str | None, str]:
+    """The text of `path` (undecodable bytes replaced), or None and why not. Read with
+    `whale.records.read_untrusted` inside `root` (default: the file's own folder): a symlink
+    out of it, a FIFO or device, more than `limit` bytes, or an unreadable file is refused."""
     try:
-        size = path.stat().st_size
-        if size > limit:
-            return None, f"{path.name}: {size} bytes, over the limit of {limit}: not read"
-        return path.read_bytes().decode("utf-8", "replace"), ""
+        data = read_untrusted(path, root if root is not None else path.parent, limit)
     except OSError as e:
+        if isinstance(e, UnsafeRead):
+            return None, str(e)
         return None, f"{path.name}: cannot read ({e.strerror or e})"
+    return data.decode("utf-8", "replace"), ""
 
 
-def read_trajectories(path: Path, harness: str | None = None) -> tuple[list[Trajectory], list[str]]:
+def read_trajectories(
+    path: Path, harness: str | None = None, root: Path | None = None
+) -> tuple[list[Trajectory], list[str]]:
     """The trajectories in a JSONL file (of `harness` when given), with notes on what was not
-    read: garbage lines, rows of another version, more than `MAX_TRAJECTORIES`, bytes past
-    `MAX_TRAJECTORY_BYTES`. A missing file is no trajectories and no note."""
-    if not path.is_file():
+    read: garbage lines, rows of another version, more than `MAX_TRAJECTORIES`, a file over
+    `MAX_TRAJECTORY_BYTES` or one `read_text` refuses (a link out of `root`, a FIFO). A missing
+    file is no trajectories and no note."""
+    if not os.path.lexists(path):
         return [], []
     out: list[Trajectory] = []
     bad, notes = 0, []
     try:
-        with path.open("rb") as f:
-            data = f.read(MAX_TRAJECTORY_BYTES + 1)
+        data = read_untrusted(path, root if root is not None else path.parent,
+                              MAX_TRAJECTORY_BYTES)  # fmt: skip
     except OSError as e:
-        return [], [f"{path}: cannot read ({e.strerror or e})"]
-    if len(data) > MAX_TRAJECTORY_BYTES:
-        notes.append(f"{path}: only the first {MAX_TRAJECTORY_BYTES} bytes read")
-        data = data[:MAX_TRAJECTORY_BYTES]
+        why = str(e) if isinstance(e, UnsafeRead) else f"cannot read ({e.strerror or e})"
+        return [], [why if why.startswith(str(path)) else f"{path}: {why}"]
     for raw in data.split(b"\n"):
         if not raw.strip():
             continue
@@ -199,24 +206,24 @@ def scan_run(run_dir: Path, notes: list[str]) -> RunFiles:
                                             here.parent / "trajectories" / f"{name[:-3]}.jsonl",
                                             here.parent / "outcomes.jsonl"))  # fmt: skip
         elif "harness.py" in files:
-            found.sites.append(_archive_site(here, phase, archives, parent_ids))
+            found.sites.append(_archive_site(here, phase, archives, parent_ids, run_dir))
         if "seed.json" in files:
-            found.lineage.place(json_dict(here / "seed.json").get("hash"), (0, 0, 0))
+            found.lineage.place(json_dict(here / "seed.json", run_dir).get("hash"), (0, 0, 0))
         if (m := _ROUND.fullmatch(here.name)) and "candidates.json" in files:
-            _round(here / "candidates.json", phase, int(m.group(1)), found.lineage)
+            _round(here / "candidates.json", phase, int(m.group(1)), found.lineage, run_dir)
         if here.name == "teacher":
             found.datasets += [here / n for n in ("candidates.jsonl", "kept.jsonl") if n in files]
             if "candidates.jsonl" in files:
-                _edit_rows(here / "candidates.jsonl", 0, "result", found.lineage)
+                _edit_rows(here / "candidates.jsonl", 0, "result", found.lineage, run_dir)
         if "rewards.jsonl" in files:
-            _edit_rows(here / "rewards.jsonl", phase, "", found.lineage)
+            _edit_rows(here / "rewards.jsonl", phase, "", found.lineage, run_dir)
         if here.name == "contexts":
             for name in sorted(n for n in files if n.endswith(".json")):
                 k = _contexts_stage(name[:-5])
                 if k is not None:
-                    _contexts(here / name, k, found.lineage)
+                    _contexts(here / name, k, found.lineage, run_dir)
         if "phases.jsonl" in files:
-            for row in jsonl_rows(here / "phases.jsonl"):
+            for row in jsonl_rows(here / "phases.jsonl", root=run_dir):
                 found.lineage.link(row.get("start_harness"), row.get("end_harness"))
     for folder, pid, child in parent_ids:
         found.lineage.link(archives.get(folder, {}).get(pid), child)
@@ -224,8 +231,8 @@ def scan_run(run_dir: Path, notes: list[str]) -> RunFiles:
 
 
 def _archive_site(here: Path, phase: int, archives: dict[Path, dict[str, str]],
-                  parent_ids: list[tuple[Path, str, str]]) -> Site:  # fmt: skip
-    meta = json_dict(here / "meta.json")
+                  parent_ids: list[tuple[Path, str, str]], root: Path) -> Site:  # fmt: skip
+    meta = json_dict(here / "meta.json", root)
     h, pid, cid = (meta.get(k) for k in ("hash", "parent_id", "id"))
     h = h if isinstance(h, str) else None
     pid = pid if isinstance(pid, str) and "/" not in pid and pid not in ("", ".", "..") else None
@@ -244,8 +251,8 @@ def _archive_site(here: Path, phase: int, archives: dict[Path, dict[str, str]],
                 parent, position)  # fmt: skip
 
 
-def _round(path: Path, phase: int, number: int, lineage: Lineage) -> None:
-    rows = json_value(path)
+def _round(path: Path, phase: int, number: int, lineage: Lineage, root: Path) -> None:
+    rows = json_value(path, root=root)
     for i, row in enumerate(rows if isinstance(rows, list) else []):
         if not isinstance(row, dict):
             continue
@@ -255,9 +262,9 @@ def _round(path: Path, phase: int, number: int, lineage: Lineage) -> None:
         lineage.link(row.get("parent_hash"), row.get("hash"))
 
 
-def _edit_rows(path: Path, phase: int, nested: str, lineage: Lineage) -> None:
+def _edit_rows(path: Path, phase: int, nested: str, lineage: Lineage, root: Path) -> None:
     """A teacher's candidates.jsonl (hash under `nested`) or a GRPO rewards.jsonl."""
-    for n, row in enumerate(jsonl_rows(path)):
+    for n, row in enumerate(jsonl_rows(path, root=root)):
         res = row.get(nested) if nested else row
         h = res.get("hash") if isinstance(res, dict) else None
         lineage.place(h, (phase, 1, n))
@@ -267,8 +274,8 @@ def _edit_rows(path: Path, phase: int, nested: str, lineage: Lineage) -> None:
             lineage.link(parts[1], h)
 
 
-def _contexts(path: Path, stage: int, lineage: Lineage) -> None:
-    rows = json_value(path)
+def _contexts(path: Path, stage: int, lineage: Lineage, root: Path) -> None:
+    rows = json_value(path, root=root)
     for n, row in enumerate(rows if isinstance(rows, list) else []):
         if isinstance(row, dict):
             lineage.place(row.get("parent_hash"), (stage, 0, n))
@@ -297,24 +304,28 @@ def _int(x: Any, default: int) -> int:
     return x if isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 10**9 else default
 
 
-def json_value(path: Path, limit: int = MAX_RECORD_BYTES) -> Any:
-    """The JSON value in `path`, or None when it is missing, too large or not JSON."""
-    text, _ = read_text(path, limit) if path.is_file() else (None, "")
+def json_value(path: Path, limit: int = MAX_RECORD_BYTES, root: Path | None = None) -> Any:
+    """The JSON value in `path`, or None when it is missing, too large, not JSON or refused by
+    `read_text` (inside `root`)."""
+    text, _ = read_text(path, limit, root) if path.is_file() else (None, "")
     try:
         return json.loads(text) if text else None
     except (ValueError, RecursionError):
         return None
 
 
-def json_dict(path: Path) -> dict[str, Any]:
+def json_dict(path: Path, root: Path | None = None) -> dict[str, Any]:
     """The JSON object in `path` (at most 10 MB), or {} when it is anything else."""
-    d = json_value(path, 10_000_000)
+    d = json_value(path, 10_000_000, root)
     return d if isinstance(d, dict) else {}
 
 
-def jsonl_rows(path: Path, limit: int = MAX_RECORD_BYTES) -> Iterator[dict[str, Any]]:
-    """The JSON objects of a JSONL file, in order; other lines are skipped."""
-    text, _ = read_text(path, limit) if path.is_file() else (None, "")
+def jsonl_rows(
+    path: Path, limit: int = MAX_RECORD_BYTES, root: Path | None = None
+) -> Iterator[dict[str, Any]]:
+    """The JSON objects of a JSONL file (read inside `root`), in order; other lines are
+    skipped."""
+    text, _ = read_text(path, limit, root) if path.is_file() else (None, "")
     for line in (text or "").split("\n"):
         try:
             row = json.loads(line) if line.strip() else None
@@ -325,19 +336,28 @@ def jsonl_rows(path: Path, limit: int = MAX_RECORD_BYTES) -> Iterator[dict[str, 
 
 
 def config_task(
-    d: Path, run_dir: Path, cache: dict[Path, dict[str, Any] | None]
+    d: Path,
+    run_dir: Path,
+    cache: dict[Path, dict[str, Any] | None],
+    notes: list[str] | None = None,
 ) -> dict[str, Any] | None:
-    """The `[task]` table of the nearest config.toml from `d` up to `run_dir`."""
+    """The `[task]` table of the nearest config.toml from `d` up to `run_dir`. A config that
+    cannot be read (a FIFO, a link out of the run) or parsed (garbage, or nesting deep enough
+    to exhaust the parser's recursion) counts as none, with a note in `notes`."""
     for p in (d, *d.parents):
         if p not in cache:
-            cfg = None
-            text, _ = read_text(p / "config.toml", 1_000_000) if (p / "config.toml").is_file() \
+            cfg, path = None, p / "config.toml"
+            text, why = read_text(path, 1_000_000, run_dir) if os.path.lexists(path) \
                 else (None, "")  # fmt: skip
             try:
                 task = tomllib.loads(text).get("task") if text else None
                 cfg = task if isinstance(task, dict) and isinstance(task.get("id"), str) else None
             except tomllib.TOMLDecodeError:
                 cfg = None
+            except RecursionError:
+                why = f"{path}: nested too deeply to parse: read as no config"
+            if why and notes is not None:
+                notes.append(why)
             cache[p] = cfg
         if cache[p] is not None or p == run_dir:
             return cache[p]
@@ -352,10 +372,10 @@ def family_of(question_id: str) -> str | None:
     return None
 
 
-def dev_ids(ledger: Path) -> set[str]:
+def dev_ids(ledger: Path, root: Path | None = None) -> set[str]:
     """Question ids a ledger (or an archive's outcomes.jsonl) scored outside the eval split."""
     ids: set[str] = set()
-    for row in jsonl_rows(ledger, MAX_TRAJECTORY_BYTES):
+    for row in jsonl_rows(ledger, MAX_TRAJECTORY_BYTES, root):
         if row.get("split") != "eval":
             qid = row.get("question_id", row.get("id"))
             if isinstance(qid, str):
