@@ -500,7 +500,7 @@ def adapt_cmd(
     g: int = typer.Option(None, "--g", help="proposals per round"),
     select_rule: str = typer.Option(None, "--select", help="ratchet | best-of-g"),
     noise_k: int = typer.Option(
-        None, "--noise-k", help="keep a candidate only above 2·SE of k rescorings (0: off)"
+        None, "--noise-k", help="keep a candidate only above t·SE of k fresh rescorings (0: off)"
     ),
     dev: int = typer.Option(None, "--dev", help="dev questions (feedback and scoring)"),
     n_eval: int = typer.Option(None, "--eval", help="held-out questions, read once at the end"),

@@ -4,12 +4,11 @@
 and an error naming its boundary. Grading happens here, in the parent, after the run; the
 harness never sees the reference or the grader. `EvalResult.score` is J(h; Q), the mean raw
 score; `rho_run` is the fraction of runs that finished (status ok). `summary()` adds
-`accuracy_ci`, a seeded 95% percentile bootstrap interval of the accuracy (`whale.stats`).
+`accuracy_ci`, the 95% Wilson score interval of the accuracy (`whale.stats.wilson_ci`).
 """
 
 from __future__ import annotations
 
-import random
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -63,6 +62,10 @@ class Outcome:
 
 @dataclass
 class EvalResult:
+    """A harness's outcomes on some questions: J (`score`), accuracy, rho_run, capabilities.
+    `accuracy_ci` is the Wilson score interval of the accuracy (95% in `summary()`), not a
+    bootstrap; `whale.stats.bootstrap_ci` stays for non-binary values such as `score`."""
+
     outcomes: list[Outcome]
     trajectories: list[Trajectory] = field(repr=False)
     wall_s: float = 0.0
@@ -95,14 +98,15 @@ class EvalResult:
             "answer_extraction": sum(o.correct for o in hits) / len(hits) if hits else 0.0,
         }
 
-    def accuracy_ci(self, level: float = 0.95, seed: int = 0) -> list[float] | None:
-        """Percentile bootstrap interval of the accuracy over these questions (2000 resamples,
-        a fixed seed: one result gives one interval); None with no outcomes. It is the noise of
-        drawing the questions, not of resampling the model's answers to them."""
+    def accuracy_ci(self, level: float = 0.95) -> list[float] | None:
+        """Wilson score interval of the accuracy over these questions (`whale.stats.wilson_ci`);
+        None with no outcomes. Not the bootstrap: correctness is 0/1, and a percentile
+        bootstrap of n of n correct is [1, 1], which claims no uncertainty at all; Wilson's
+        gives 20/20 at 95% [0.839, 1]. It is the noise of drawing the questions, not of
+        resampling the model's answers to them."""
         if not self.n:
             return None
-        lo, hi = stats.bootstrap_ci([float(o.correct) for o in self.outcomes], level=level,
-                                    rng=random.Random(seed))  # fmt: skip
+        lo, hi = stats.wilson_ci(sum(bool(o.correct) for o in self.outcomes), self.n, level)
         return [lo, hi]
 
     def summary(self) -> dict[str, Any]:

@@ -176,6 +176,92 @@ def test_copies_are_duplicates(variant):
     assert screen.check(variant(BASE)) == "duplicate of seed (similarity 1.00)"
 
 
+HELPED = """import re
+
+PROMPT = "Answer with a number."
+
+
+def last_number(text):
+    found = re.findall(r"-?\\d+", text)
+    return found[-1] if found else text.strip()
+
+
+def ask(env, question):
+    return env.llm([{"role": "user", "content": PROMPT + " " + question, "name": "q"}])
+
+
+def run(question, env):
+    return last_number(ask(env, question).text)
+"""
+DEAD = "".join(
+    f"\n\ndef unused_{i}(x):\n    return unused_{(i + 1) % 3}(x) + {i}\n" for i in range(3)
+)
+
+
+def defs_reordered(source: str) -> str:
+    head, *defs = source.split("\n\n\ndef ")
+    return "\n\n\ndef ".join([head, *reversed(defs)])
+
+
+def keys_swapped(source: str) -> str:
+    return source.replace(
+        '{"role": "user", "content": PROMPT + " " + question, "name": "q"}',
+        '{"name": "q", "content": PROMPT + " " + question, "role": "user"}',
+    )
+
+
+def dead_padded(source: str) -> str:
+    return source + DEAD
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        defs_reordered,
+        keys_swapped,
+        dead_padded,
+        lambda s: dead_padded(keys_swapped(defs_reordered(s))),
+    ],
+)
+def test_reordered_or_padded_copies_are_duplicates(variant):
+    copy = variant(HELPED)
+    assert copy != HELPED and compile(copy, "h", "exec")  # a real, valid variant
+    screen = DuplicateScreen()
+    screen.add("a", HELPED)
+    assert screen.check(copy) == "duplicate of a (similarity 1.00)"
+
+
+def test_what_run_reaches_still_counts():
+    screen = DuplicateScreen()
+    screen.add("a", HELPED)
+    # a helper reached through a module-level table, changed: not an exact copy
+    table = HELPED.replace("def run(question, env):\n    return last_number(",
+                           "TOOLS = {'parse': last_number}\n\n\ndef run(question, env):\n"
+                           "    return TOOLS['parse'](")  # fmt: skip
+    screen.add("table", table)
+    changed = table.replace("found[-1] if found", "found[0] if found")
+    assert screen.check(changed) != "duplicate of table (similarity 1.00)"
+    # a function called when the module loads is reached too, though run never names it
+    setup = HELPED + "\n\ndef setup():\n    return 1\n\n\nsetup()\n"
+    screen.add("setup", setup)
+    assert screen.check(setup.replace("return 1", "return 2")) != (
+        "duplicate of setup (similarity 1.00)")  # fmt: skip
+
+
+def test_sorting_dict_keys_keeps_each_value_with_its_key():
+    screen = DuplicateScreen()
+    screen.add("a", HELPED)
+    values_swapped = HELPED.replace(
+        '"role": "user", "content": PROMPT + " " + question',
+        '"role": PROMPT + " " + question, "content": "user"',
+    )
+    assert screen.check(values_swapped) != "duplicate of a (similarity 1.00)"
+    spread = harness("    m = {**BASE, 'role': 'user'}", head="BASE = {'role': 'system'}")
+    screen.add("spread", spread)  # ** entries: a later key overrides, so order matters
+    assert screen.check(spread.replace("{**BASE, 'role': 'user'}", "{'role': 'user', **BASE}")) != (
+        "duplicate of spread (similarity 1.00)")  # fmt: skip
+
+
 def test_a_small_edit_is_a_near_duplicate_with_its_similarity():
     screen = DuplicateScreen()
     screen.add("seed", BASE)

@@ -18,7 +18,8 @@ line) or nothing:
   String constants are never read as code: the code a harness hands to `env.tools.python`
   runs in the nested sandbox, which is the sanctioned tool.
 - `DuplicateScreen`: a candidate that copies a kept one up to formatting, comments,
-  docstrings and the names of its variables.
+  docstrings, the names of its variables, the order of its top-level functions, the order of
+  dict-literal keys, and functions `run` never reaches (dead code padding).
 - `ReviewerScreen`: a model reads the candidate and the task and says whether it reaches
   oracle information instead of computing the answer.
 
@@ -261,6 +262,124 @@ class _Canonical(ast.NodeTransformer):
         return super().generic_visit(node)
 
 
+_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef)
+# Top-level statements that only bind names: reached through a reference, or not at all. Any
+# other statement (a call, an `if`, a `try`) may act when the module loads, so it is a root.
+_BINDERS = (*_DEFS, ast.ClassDef, ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Import,
+            ast.ImportFrom)  # fmt: skip
+
+
+def _preorder(node: ast.AST) -> list[ast.AST]:
+    """`node` and everything under it, parents first, children in field order (iterative)."""
+    out: list[ast.AST] = []
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        out.append(n)
+        stack.extend(reversed(list(ast.iter_child_nodes(n))))
+    return out
+
+
+def _names(stmt: ast.stmt, load: bool) -> list[str]:
+    """Names `stmt` reads (load), in traversal order without repeats, or the module-level
+    names it binds (for a def or a class: its own name only)."""
+    if not load and isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return [stmt.name]
+    if not load and isinstance(stmt, ast.Import | ast.ImportFrom):
+        return _bindings(stmt)
+    found = [n.id for n in _preorder(stmt)
+             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) == load]  # fmt: skip
+    return list(dict.fromkeys(found))
+
+
+def _reached(tree: ast.Module) -> list[int] | None:
+    """Indices of the top-level statements reached from `run` by name references, taken
+    transitively through defs and assignments, in the order a depth-first walk from `run`
+    meets them (then the other roots: statements that may act at load time, then decorated
+    defs); None for a module without `run`."""
+    body = tree.body
+    runs = [i for i, s in enumerate(body) if isinstance(s, _DEFS) and s.name == "run"]
+    if not runs:
+        return None
+    binders: dict[str, list[int]] = {}
+    for i, s in enumerate(body):  # a name bound twice reaches both statements
+        for name in _names(s, load=False):
+            binders.setdefault(name, []).append(i)
+    effects = [i for i, s in enumerate(body) if not isinstance(s, _BINDERS)]
+    decorated = [i for i, s in enumerate(body) if isinstance(s, _DEFS) and s.decorator_list]
+    refs = {i: _names(s, load=True) for i, s in enumerate(body)}
+    order: list[int] = []
+    seen: set[int] = set()
+    for root in runs + effects + decorated:
+        if root in seen:
+            continue
+        seen.add(root)
+        order.append(root)
+        stack = [iter(refs[root])]
+        while stack:
+            ref = next(stack[-1], None)
+            if ref is None:
+                stack.pop()
+                continue
+            for t in binders.get(ref, ()):
+                if t not in seen:
+                    seen.add(t)
+                    order.append(t)
+                    stack.append(iter(refs[t]))
+    return order
+
+
+def _canonical_order(tree: ast.Module) -> None:
+    """Drops the top-level defs `run` does not reach (by name, transitively) and puts the
+    others after every other top-level statement, in the order a walk from `run` reaches
+    them. Not by sorting their text: an edit inside one function would then move it past the
+    others and read as a large change to the near-duplicate ratio. A module without `run`
+    keeps its order."""
+    order = _reached(tree)
+    if order is None:
+        return
+    body = tree.body
+    defs = [body[i] for i in order if isinstance(body[i], _DEFS)]
+    tree.body = [s for s in body if not isinstance(s, _DEFS)] + defs
+
+
+def _sort_dicts(tree: ast.Module, names: set[str]) -> None:
+    """Sorts the entries of every dict literal by the shape of its key (then of its value,
+    for a key that is not a constant), innermost dicts first; the shape is a digest of the
+    subtree with every name in `names` read as one placeholder, so the order does not depend
+    on what the variables are called. A dict with `**` entries keeps its order (a later key
+    overrides), and so, by a stable sort, do repeated constant keys. One post-order pass: each
+    node's digest is built from its children's."""
+    digest: dict[int, bytes] = {}
+    stack: list[tuple[ast.AST, bool]] = [(tree, False)]
+    while stack:
+        node, done = stack.pop()
+        if not done:
+            stack.append((node, True))
+            stack.extend((c, False) for c in ast.iter_child_nodes(node))
+            continue
+        if isinstance(node, ast.Dict) and all(k is not None for k in node.keys):
+            keys = [k for k in node.keys if k is not None]
+
+            def rank(e: tuple[ast.expr, ast.expr]) -> tuple[bytes, bytes]:
+                k, v = e
+                return digest[id(k)], b"" if isinstance(k, ast.Constant) else digest[id(v)]
+
+            pairs = sorted(zip(keys, node.values, strict=True), key=rank)
+            node.keys, node.values = [k for k, _ in pairs], [v for _, v in pairs]
+        parts = [type(node).__name__]
+        for fname, value in ast.iter_fields(node):
+            for v in value if isinstance(value, list) else [value]:
+                if isinstance(v, ast.AST):
+                    parts.append(digest[id(v)].hex())
+                elif fname in ("id", "arg", "name") and v in names:
+                    parts.append("v")
+                else:
+                    parts.append(repr(v))
+        h = hashlib.blake2b("\x00".join(parts).encode("utf-8", "surrogatepass"), digest_size=16)
+        digest[id(node)] = h.digest()
+
+
 def normalized_tokens(source: str) -> tuple[list[str], set[str]]:
     """The token list of `source` after normalization (see `DuplicateScreen`) and the
     canonical names in it; the raw text's tokens for a source that does not parse or is too
@@ -268,10 +387,12 @@ def normalized_tokens(source: str) -> tuple[list[str], set[str]]:
     tree = _parse(source)
     if tree is not None:
         try:
+            _canonical_order(tree)
             nodes, bound = _scoped(tree)
             names = set().union(*bound.values()) - {"run"}
             names -= {b for n, _ in nodes if isinstance(n, ast.Import | ast.ImportFrom)
                       for b in _bindings(n)}  # fmt: skip
+            _sort_dicts(tree, names)
             canon = _Canonical(names)
             text = ast.unparse(canon.visit(tree))
             return _TOKEN.findall(text), set(canon.names.values())
@@ -291,13 +412,18 @@ def _forms(source: str) -> tuple[str, list[str]]:
 
 class DuplicateScreen:
     """Refuses a candidate whose normalized form (the AST unparsed: no comments, formatting or
-    docstrings; bound names renamed canonically, imported module names kept) is at least
+    docstrings; top-level functions `run` does not reach by name, transitively, dropped and
+    the others put in the order a walk from `run` reaches them; dict-literal entries sorted by
+    key; bound names renamed canonically, imported module names kept) is at least
     `threshold` similar to a source already added. Similarity is `difflib.SequenceMatcher`'s
     ratio on token lists: edits are local insertions and replacements, which its matching
     blocks count directly, and token-level comparison keeps a changed prompt word from
     weighing like a changed statement. Fast: an exact hash of the normalized form first,
     then only the sources whose token count could reach the threshold (a sorted index), and
-    SequenceMatcher's cheap upper bounds before the full ratio."""
+    SequenceMatcher's cheap upper bounds before the full ratio. Not covered: a copy rewritten
+    into equivalent code (a comprehension for a loop, statements reordered inside a function,
+    keyword arguments reordered) and a dead function named in a branch of `run` that never
+    runs (reached by name, so kept)."""
 
     def __init__(self, threshold: float = 0.95) -> None:
         if not 0.0 < threshold <= 1.0:

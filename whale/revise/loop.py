@@ -36,7 +36,7 @@ from whale.revise.select import (
     SelectRule,
     ValidityWeights,
     apply_noise_check,
-    noise_check,
+    rescored_check,
     reward,
     select,
 )
@@ -54,7 +54,8 @@ class LoopSettings:
     workers: int = 4
     report: ReportConfig = field(default_factory=ReportConfig)
     weights: ValidityWeights = field(default_factory=ValidityWeights)
-    # Noise-aware Select (whale.revise.select): rescore parent and kept candidate k times; 0 off
+    # Noise-aware Select (whale.revise.select): rescore parent and kept candidate k more times,
+    # fresh (sampling seeds + 1..k); 0 off
     noise_k: int = 0
 
 
@@ -157,8 +158,7 @@ def revise(
         ]
         decision = select(cfg.select, h, parent.score, candidates)
         if cfg.noise_k >= 2 and decision.chosen is not None:
-            decision = _noise_select(decision, candidates[decision.chosen].score, parent.score,
-                                     task, score_set, runtime, store, cfg)  # fmt: skip
+            decision = _noise_select(decision, task, score_set, runtime, store, cfg)
         rd.write_json("candidates.json", [asdict(c) for c in candidates])
         rd.write_json("decision.json", asdict(decision))
         say(
@@ -175,37 +175,38 @@ def revise(
 
 def _noise_select(
     d: Decision,
-    candidate_score: float | None,
-    parent_score: float,
     task: Task,
     score_set: Sequence[Question],
     runtime: Runtime,
     store: OutcomeStore,
     cfg: LoopSettings,
 ) -> Decision:
-    """Select's noise check (the rule: whale.revise.select). Rescoring j = 1..k-1 runs under
-    the solver's sampling seed + j (unchanged when the runtime has no seed) and is keyed in the
-    ledger by the fingerprint + ":rescore<j>" (split "rescore"): they are real rollouts, counted
-    by `store.used` like any other, and a resumed run (or a parent rescored in an earlier round
+    """Select's noise check (the rule: whale.revise.select). Rescoring j = 1..k of the parent
+    and of the candidate runs under the solver's sampling seed + j (unchanged when the runtime
+    has no seed) and is keyed in the ledger by the fingerprint + ":rescore<j>" (split
+    "rescore"); the round's own scoring (seed + 0, on which the candidate won Select) is not
+    one of the k samples. They are real rollouts, 2·k·|Q_score| of them, counted by
+    `store.used` like any other, and a resumed run (or a parent rescored in an earlier round
     as a candidate) answers them from the ledger."""
-    assert candidate_score is not None and d.chosen is not None
+    assert d.chosen is not None
     fp, tags, used = store.fingerprint, dict(store.tags), store.used
-    parents, cands = [parent_score], [candidate_score]
+
+    def rescore(j: int) -> tuple[float, float]:
+        seed = None if runtime.seed is None else runtime.seed + j
+        rt = dataclasses.replace(runtime, seed=seed)
+        store.rebind(f"{fp}:rescore{j}", **tags)
+        try:
+            p, c = [store.evaluate(rt, store.harness(h), task, score_set, "rescore", cfg.workers)
+                    for h in (d.parent_hash, d.kept_hash)]  # fmt: skip
+            return p.score, c.score
+        finally:
+            rt.close()
+
     try:
-        for j in range(1, cfg.noise_k):
-            seed = None if runtime.seed is None else runtime.seed + j
-            rt = dataclasses.replace(runtime, seed=seed)
-            store.rebind(f"{fp}:rescore{j}", **tags)
-            try:
-                for h, scores in ((d.parent_hash, parents), (d.kept_hash, cands)):
-                    ev = store.evaluate(rt, store.harness(h), task, score_set, "rescore",
-                                        cfg.workers)  # fmt: skip
-                    scores.append(ev.score)
-            finally:
-                rt.close()
+        check = rescored_check(cfg.noise_k, rescore)
     finally:
         store.rebind(fp, **tags)
-    return apply_noise_check(d, noise_check(parents, cands, store.used - used))
+    return apply_noise_check(d, dataclasses.replace(check, rollouts=store.used - used))
 
 
 def _proposals(
