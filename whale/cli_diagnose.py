@@ -12,7 +12,6 @@ import typer
 from rich.markup import escape
 
 from whale import config as cfgmod
-from whale import interrupts
 from whale.analysis.diagnose import CONFIG_NAME, DiagnoseConfig, run_diagnose
 from whale.cli import (
     app,
@@ -25,10 +24,9 @@ from whale.cli import (
     out,
     resolve,
 )
+from whale.cli_train import guarded
 from whale.evaluate import EvalConfig
 from whale.models import ModelError, UnknownModel, build_model
-from whale.records import RecordError
-from whale.search.loop import SearchStopped
 
 
 def _run(cfg: DiagnoseConfig, run_dir: Path | None, unsafe: bool, as_json: bool) -> None:
@@ -57,21 +55,8 @@ def _run(cfg: DiagnoseConfig, run_dir: Path | None, unsafe: bool, as_json: bool)
     if run_dir is None:
         run_dir = new_run_dir(cfg.out, "diagnose", f"{cfg.task.id}-{Path(cfg.harness).stem}")
     say = lambda s: err.print(f"[cyan]{escape(s)}[/cyan]")  # noqa: E731
-    restore = interrupts.install()
-    try:
-        diag = run_diagnose(cfg, run_dir, task_obj, source, proposer, say)
-    except (RecordError, ModelError) as e:
-        fail(str(e))
-    except SearchStopped as e:
-        err.print(f"[red]stopped:[/red] {escape(str(e))}; `whale diagnose --resume {run_dir}` "
-                  "continues once it is fixed", soft_wrap=True)  # fmt: skip
-        raise typer.Exit(1) from None
-    except KeyboardInterrupt:
-        kept = sum(interrupts.recorded(p) for p in run_dir.glob("*/outcomes.jsonl"))
-        interrupts.stopped(f"{kept} rollouts recorded; `whale diagnose --resume {run_dir}` "
-                           "continues")  # fmt: skip
-    finally:
-        restore()
+    diag = guarded(lambda: run_diagnose(cfg, run_dir, task_obj, source, proposer, say), run_dir,
+                   "diagnose")  # fmt: skip
     if as_json:
         print(json.dumps({k: v for k, v in diag.items() if k != "table"}, default=str))
     else:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,28 @@ from whale.evaluate import EvalConfig
 from whale.models import ModelError, UnknownModel, build_model
 from whale.records import RecordError
 from whale.search.loop import SearchStopped
+
+
+def guarded(call: Callable[[], dict[str, Any]], run_dir: Path, kind: str) -> dict[str, Any]:
+    """Run a schedule-driving command (`whale cotrain | rsft | diagnose`) with Ctrl-C handling:
+    a bad record or model is exit 2; a stopped search (what was paid is kept) exit 1 naming
+    the resume command; Ctrl-C says how many rollouts the ledgers hold and exits 130."""
+    restore = interrupts.install()
+    try:
+        return call()
+    except (RecordError, ModelError) as e:
+        fail(str(e))
+        raise  # fail() exits; for the type checker
+    except SearchStopped as e:
+        err.print(f"[red]stopped:[/red] {escape(str(e))}; `whale {kind} --resume {run_dir}` "
+                  "continues once it is fixed", soft_wrap=True)  # fmt: skip
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        kept = sum(interrupts.recorded(p) for p in run_dir.glob("*/outcomes.jsonl"))
+        interrupts.stopped(f"{kept} rollouts recorded; `whale {kind} --resume {run_dir}` "
+                           "continues")  # fmt: skip
+    finally:
+        restore()
 
 
 def _run(cfg: CotrainConfig, run_dir: Path | None, unsafe: bool, kind: str,
@@ -58,21 +81,8 @@ def _run(cfg: CotrainConfig, run_dir: Path | None, unsafe: bool, kind: str,
     if run_dir is None:
         run_dir = new_run_dir(cfg.out, kind, f"{cfg.task.id}-{Path(cfg.harness).stem}")
     say = lambda s: err.print(f"[cyan]{escape(s)}[/cyan]")  # noqa: E731
-    restore = interrupts.install()
-    try:
-        meta = run_cotrain(cfg, run_dir, task_obj, source, proposer, say)
-    except (RecordError, ModelError) as e:
-        fail(str(e))
-    except SearchStopped as e:
-        err.print(f"[red]stopped:[/red] {escape(str(e))}; `whale {kind} --resume {run_dir}` "
-                  "continues once it is fixed", soft_wrap=True)  # fmt: skip
-        raise typer.Exit(1) from None
-    except KeyboardInterrupt:
-        kept = sum(interrupts.recorded(p) for p in run_dir.glob("*/outcomes.jsonl"))
-        interrupts.stopped(f"{kept} rollouts recorded; `whale {kind} --resume {run_dir}` "
-                           "continues")  # fmt: skip
-    finally:
-        restore()
+    meta = guarded(lambda: run_cotrain(cfg, run_dir, task_obj, source, proposer, say), run_dir,
+                   kind)  # fmt: skip
     mirror_run(cfg.tracking, run_dir)
     if as_json:
         print(json.dumps({k: v for k, v in meta.items() if k != "table"}, default=str))
