@@ -23,15 +23,13 @@ Otherwise the parent is kept, under either rule. Where rescoring gives the same 
 
 Cost: 2·k·n rollouts (n = |Q_score|) for each round whose rule advanced to a candidate, kept
 or not; rescorings the ledger already holds (a resumed run, a parent that was rescored as the
-previous round's candidate) cost nothing. False-keep rate, measured by simulation (null: the
-parent and g = 4 candidates have the same true accuracy 0.5, each scoring is
-Binomial(12, 0.5)/12, Select by ratchet, then this check; 20 000 seeded trials): 0.033 at
-k = 2, 0.017 at k = 3, 0.017 at k = 5, where the old protocol (selection score as sample 1,
-2·SE) kept 0.235, 0.119 and 0.083 (`test_the_false_keep_rate_under_the_null_is_small` in
-tests/revise/test_select_noise.py asserts <= 0.06 at k = 2 and 3 on 2000 trials). The price
-is power: in the same simulation a real gain (one candidate at 0.75 against a parent at 0.5)
-is kept 0.10 of the time at k = 2, 0.22 at k = 3 and 0.51 at k = 5; k = 2 (t = 12.7) keeps
-almost only gains that rescoring reproduces exactly. Not covered: the test guards against the
+previous round's candidate) cost nothing. False-keep rate, measured by the seeded simulation of
+`test_the_false_keep_rate_under_the_null_is_small` (tests/revise/test_select_noise.py; null:
+the parent and g = 4 candidates have the same true accuracy 0.5, each scoring is
+Binomial(12, 0.5)/12, Select by ratchet, then this check; 2000 trials): 0.032 at k = 2 and
+0.019 at k = 3, where the first version of this option (selection score as sample 1, 2·SE)
+kept 0.1135 at k = 3; the test asserts <= 0.06. The price is power: k = 2 (t = 12.7) keeps
+almost only gains that every rescoring reproduces. Not covered: the test guards against the
 noise of the solver's sampling, not against that of drawing Q_score (every rescoring reads the
 same questions).
 """
