@@ -15,3 +15,20 @@ def require_model(name: str):
             f"model {name} is not installed: run `whale models install {name}` (make install)"
         )
     return model_path(name)
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers_are_put_back():
+    """A test that leaves a SIGINT/SIGTERM handler of its own behind (a command run in-process
+    whose handlers were not restored, a library that installs one) would change what Ctrl-C
+    does in every later test (tests/test_interrupt.py sends real signals). Put the handlers
+    back after each test, and warn naming the test, so the leak is seen and does not spread."""
+    import signal
+    import warnings
+
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for s, h in before.items():
+        if signal.getsignal(s) is not h:
+            warnings.warn(f"{s.name} handler left changed: {signal.getsignal(s)!r}", stacklevel=1)
+            signal.signal(s, h)
