@@ -1,5 +1,6 @@
 """Run after the test suite (`make test`): exit 1, naming them, if a process of a whale sandbox
-uid or a llama.cpp server is still alive. Nothing a run or a test started may outlive it."""
+uid, a llama.cpp server or a process of a Ray cluster (raylet, gcs_server, an actor) is still
+alive. Nothing a run or a test started may outlive it."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ def servers() -> list[str]:
                 args = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
         except OSError:
             continue
-        if any(s in args for s in ("llama_cpp.server", "llama-server", "llama_server")):
+        if any(s in args for s in ("llama_cpp.server", "llama-server", "llama_server", "raylet",
+                                   "gcs_server", "ray::")):
             found.append(f"{pid} {args[:160]}")
     return found
 
@@ -27,7 +29,7 @@ def main() -> int:
     for _ in range(10):  # a server killed at exit may take a moment to be reaped
         left = leftovers() + servers()
         if not left:
-            print("leftovers: none (no whale sandbox uid process, no llama.cpp server)")
+            print("leftovers: none (no whale sandbox uid process, no llama.cpp server, no Ray)")
             return 0
         time.sleep(0.5)
     print("leftovers after the test suite:", *left, sep="\n  ")

@@ -27,6 +27,11 @@ class StubServer:
         self.requests: list[dict[str, Any]] = []
         self.lora_requests: list[tuple[str, dict[str, Any]]] = []
         self.loras: dict[str, str] = {}
+        # POST requests being handled now, the most at once, and each one's (start, end) in
+        # time.monotonic() seconds: what a load balancer in front of several stubs sent.
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.spans: list[tuple[float, float]] = []
         self._lock = threading.Lock()
         outer = self
 
@@ -46,6 +51,18 @@ class StubServer:
                 self._send(200, {"object": "list", "data": [{"id": "stub", "object": "model"}]})
 
             def do_POST(self) -> None:
+                start = time.monotonic()
+                with outer._lock:
+                    outer.in_flight += 1
+                    outer.max_in_flight = max(outer.max_in_flight, outer.in_flight)
+                try:
+                    self._post()
+                finally:
+                    with outer._lock:
+                        outer.in_flight -= 1
+                        outer.spans.append((start, time.monotonic()))
+
+            def _post(self) -> None:
                 body = json.loads(
                     self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}"
                 )

@@ -125,7 +125,9 @@ def test_ctrl_c_of_eval_keeps_finished_rollouts_kills_the_rest_and_exits_130(tmp
     assert all(o["status"] == "ok" for o in outcomes), [o["error"] for o in outcomes]
     assert len(records(run / "trajectories.jsonl")) == len(outcomes)
     assert f"{len(outcomes)} of 40 rollouts recorded" in err
-    assert any(b"llama_server" in cmd for _, cmd in procs.values()), "no server in the snapshot"
+    assert any(
+        b"llama_server" in cmd or b"llama-server" in cmd for _, cmd in procs.values()
+    ), "no server in the snapshot"
     assert left_alive(procs) == [], "a server, jail or worker of the run outlived it"
 
 

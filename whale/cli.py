@@ -54,6 +54,12 @@ def load_config(cls: type, config: Path | None, overrides: list[str], flags: dic
             require(cfg.tracking)
         except TrackingUnavailable as e:
             fail(str(e))
+    executor = getattr(getattr(cfg, "runtime", None), "executor", None)
+    if executor is not None and executor.kind == "ray":  # before anything is paid for
+        from whale.harness.executor import RAY_MISSING, ray_available
+
+        if not ray_available():
+            fail(RAY_MISSING)
     return cfg
 
 
@@ -233,6 +239,11 @@ def resolve(cfg: EvalConfig, unsafe: bool) -> tuple[Any, str, Any]:
         model = build_model(cfg.model)
     except (UnknownModel, ModelError) as e:
         fail(str(e))
+    if cfg.runtime.executor.kind != "local":
+        from whale.harness.executor import remote_fault
+
+        if (why := remote_fault(model)) is not None:  # before a run directory exists
+            fail(why)
     return task, source, model
 
 
@@ -308,6 +319,7 @@ def eval_cmd(
     (run_dir / "harness.py").write_text(source)
 
     from whale.evaluate import JsonlWriter, evaluate, outcome_record
+    from whale.harness.executor import ExecutorUnavailable
 
     outcomes_f = JsonlWriter(run_dir / "outcomes.jsonl")
     traj_f = JsonlWriter(run_dir / "trajectories.jsonl")
@@ -323,6 +335,8 @@ def eval_cmd(
                 bar.advance(tid)
 
             result = evaluate(runtime, source, task_obj, questions, cfg.workers, on_done=done)
+    except ExecutorUnavailable as e:
+        fail(str(e))
     except KeyboardInterrupt:
         kept = interrupts.recorded(run_dir / "outcomes.jsonl")
         interrupts.stopped(f"{kept} of {len(questions)} rollouts recorded in {run_dir}")

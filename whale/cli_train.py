@@ -28,6 +28,7 @@ from whale.cli import (
 )
 from whale.cotrain import CotrainConfig, cotrain_splits, needs_proposer, run_cotrain
 from whale.evaluate import EvalConfig
+from whale.harness.executor import ExecutorUnavailable
 from whale.models import ModelError, UnknownModel, build_model
 from whale.records import RecordError
 from whale.search.loop import SearchStopped
@@ -40,7 +41,7 @@ def guarded(call: Callable[[], dict[str, Any]], run_dir: Path, kind: str) -> dic
     restore = interrupts.install()
     try:
         return call()
-    except (RecordError, ModelError) as e:
+    except (RecordError, ModelError, ExecutorUnavailable) as e:
         fail(str(e))
         raise  # fail() exits; for the type checker
     except SearchStopped as e:

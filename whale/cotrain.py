@@ -28,6 +28,7 @@ import tomli_w
 from whale import config as cfgmod
 from whale.config import above, at_least, one_of, part
 from whale.harness import RuntimeConfig
+from whale.harness.executor import EXECUTOR_RESUMABLE
 from whale.models import ChatModel, ModelConfig, close_model
 from whale.records import RecordError, RunLock, write_atomic
 from whale.revise.run import check_seed, outcome_fingerprint, refuse_changes
@@ -110,7 +111,8 @@ class CotrainConfig:
 
 
 # What a resumed cotrain may change: nothing any recorded outcome, step or session depends on.
-RESUMABLE = {"workers", "tracking", "out", "runtime.warm", "proposer.timeout_s", "schedules"}
+RESUMABLE = {"workers", "tracking", "out", "runtime.warm", "proposer.timeout_s",
+             "schedules"} | EXECUTOR_RESUMABLE  # fmt: skip
 
 
 def cotrain_splits(task: Task, cfg: CotrainConfig) -> tuple[list[Question], list[Question]]:

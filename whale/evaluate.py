@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import closing
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -20,6 +20,7 @@ from whale import grading, records, stats
 from whale.config import at_least
 from whale.harness import Runtime, RuntimeConfig, Trajectory
 from whale.harness.broker import Retriever
+from whale.harness.executor import LocalPool, Rollout
 from whale.models import ModelConfig
 from whale.tasks import Question, Task, TaskConfig
 
@@ -58,6 +59,8 @@ class Outcome:
     # Retrieval tasks: were all gold passages (any, for answer-bearing golds) retrieved at
     # some hop? None where the task has no gold passages.
     retrieval_hit: bool | None = None
+    # Runs again after the executor lost the worker running it (its trajectory's `retries`).
+    retries: int = 0
 
 
 @dataclass
@@ -144,7 +147,7 @@ def outcome_of(task: Task, q: Question, t: Trajectory) -> Outcome:
         retrieval_hit=retrieval_hit(task, q, t),
         question_id=q.id, answer=t.answer, score=score, correct=correct, status=t.status,
         error=t.error, format_ok=fmt, truncated=truncated, model_calls=len(calls),
-        tokens=t.tokens(), wall_s=round(t.wall_s, 4), feedback=feedback,
+        tokens=t.tokens(), wall_s=round(t.wall_s, 4), feedback=feedback, retries=t.retries,
     )  # fmt: skip
 
 
@@ -169,7 +172,9 @@ def evaluate(
     on_done: Callable[[Outcome, Trajectory], None] | None = None,
 ) -> EvalResult:
     """Run `source` on each question, `workers` at a time; `on_done` is called as each ends
-    (from the calling thread, in completion order) so that callers can persist as they go.
+    (from the calling thread, in completion order, once per question) so that callers can
+    persist as they go. The runs go through `runtime.executor` (whale.harness.executor; None:
+    a `LocalPool` of `workers` threads); whatever runs them, grading is done here.
 
     Stopping: on KeyboardInterrupt (Ctrl-C) or SystemExit (the CLI's SIGTERM) in the calling
     thread, no further run starts, `runtime.cancel()` kills the runs in flight, and the
@@ -181,26 +186,24 @@ def evaluate(
     if retriever is None:
         retriever = getattr(task, "retriever", None)  # retrieval tasks bring their index
     results: dict[int, tuple[Outcome, Trajectory]] = {}
-    pool = ThreadPoolExecutor(max_workers=max(1, workers))
-    futures: dict[Any, int] = {}
-    try:
-        for i, q in enumerate(questions):
-            futures[pool.submit(runtime.run, source, q.prompt, q.id, retriever)] = i
-        for fut in as_completed(futures):
-            i = futures[fut]
-            traj = fut.result()  # Runtime.run never raises for a harness failure
-            out = outcome_of(task, questions[i], traj)
-            results[i] = (out, traj)
-            if on_done is not None:
-                on_done(out, traj)
-    except (KeyboardInterrupt, SystemExit):
-        pool.shutdown(wait=False, cancel_futures=True)
-        runtime.cancel()
-        raise
-    except BaseException:
-        pool.shutdown(wait=True, cancel_futures=True)
-        raise
-    pool.shutdown(wait=True)
+    executor = runtime.executor or LocalPool()
+    rollouts = [Rollout(q.id, q.prompt) for q in questions]
+    runs = executor.stream(runtime, source, rollouts, workers, retriever)
+    with closing(runs):
+        try:
+            for i, traj in runs:
+                if i in results:  # an executor's bug must not record a question twice
+                    continue
+                out = outcome_of(task, questions[i], traj)
+                results[i] = (out, traj)
+                if on_done is not None:
+                    on_done(out, traj)
+        except (KeyboardInterrupt, SystemExit):
+            runtime.cancel()  # before closing the stream: it then does not wait for the runs
+            raise
+    missing = [questions[i].id for i in range(len(questions)) if i not in results]
+    if missing:
+        raise RuntimeError(f"the executor returned no run for {missing[:3]} ({len(missing)})")
     ordered = [results[i] for i in range(len(questions))]
     return EvalResult([o for o, _ in ordered], [t for _, t in ordered], time.monotonic() - t0)
 

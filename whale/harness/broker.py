@@ -28,7 +28,7 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from whale.harness import worker as wire
 from whale.harness.budget import Budget, Limits, PythonToolLimits
@@ -50,6 +50,9 @@ from whale.harness.streams import (
 )
 from whale.harness.trajectory import ModelCall, Status, ToolCall, Trajectory
 from whale.models.base import ChatModel, ModelError, ModelTimeout, Sampling
+
+if TYPE_CHECKING:
+    from whale.harness.executor import Executor
 
 WORKER_SOURCE = str(Path(wire.__file__).resolve())
 WORKER_INSIDE = "/whale/worker.pyc"
@@ -158,6 +161,12 @@ class Runtime:
     seed: int | None = 0
     # Fresh workers kept started ahead of need (see pool.py); 0 starts each on demand.
     warm: int = 0
+    # Where evaluate() runs this Runtime's rollouts (whale.harness.executor); None: a local
+    # thread pool of the command's workers. Closed by close().
+    executor: Executor | None = field(default=None, repr=False, compare=False)
+    _on_cancel: list[Callable[[], None]] = field(
+        default_factory=list, init=False, repr=False, compare=False
+    )
     _pool: WorkerPool[_Worker] | None = field(default=None, init=False, repr=False, compare=False)
     _cancelled: bool = field(default=False, init=False, repr=False, compare=False)
     # A pipe that becomes readable, for good, on cancel(): every wait of every run watches it.
@@ -183,10 +192,32 @@ class Runtime:
         return w
 
     def close(self) -> None:
-        """Stop the warm workers (they also exit by themselves when this process ends)."""
+        """Stop the warm workers (they also exit by themselves when this process ends) and
+        close the executor (a Ray cluster whale started is shut down)."""
+        self._close_pool()
+        close = getattr(self.executor, "close", None)
+        if close is not None:
+            close()
+
+    def _close_pool(self) -> None:
         if self._pool is not None:
             self._pool.close()
             self._pool = None
+
+    def on_cancel(self, hook: Callable[[], None]) -> Callable[[], None]:
+        """Call `hook` on cancel() (at once if cancel() came already); returns the function
+        that removes it. An executor uses it to stop rollouts that run elsewhere."""
+        self._on_cancel.append(hook)
+        if self._cancelled:
+            hook()
+
+        def remove() -> None:
+            try:
+                self._on_cancel.remove(hook)
+            except ValueError:
+                pass
+
+        return remove
 
     def wake_fd(self) -> int:
         """The read end of the cancel pipe: readable once cancel() was called."""
@@ -203,13 +234,19 @@ class Runtime:
         once from a wait on its worker, a stalled reply or the python tool; a run inside a
         model call returns when that call does (its timeout bounds it). Later `run()` calls
         return the same without starting a worker. There is no undo. Safe from any thread
-        and from a signal handler (it takes no lock but the warm pool's reentrant one)."""
+        and from a signal handler (it takes no lock but the warm pool's reentrant one); the
+        `on_cancel` hooks run in the calling thread (an executor's: no waiting either)."""
         self._cancelled = True
         try:
             os.write(self._wake[1], b"x")  # never read: it stays readable
         except BlockingIOError:  # already full of earlier cancels
             pass
-        self.close()
+        self._close_pool()
+        for hook in list(self._on_cancel):
+            try:
+                hook()
+            except Exception:  # noqa: BLE001, S110 - one hook's failure must not skip the rest
+                pass
 
     def run(
         self,

@@ -1,4 +1,4 @@
-"""The runtime part of every command's config."""
+"""The runtime part of every command's config (including where rollouts run: `executor`)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from whale.config import above, at_least, part
 from whale.harness.broker import Runtime
 from whale.harness.budget import Budget, Limits, PythonToolLimits
+from whale.harness.executor import ExecutorConfig, make_executor
 from whale.harness.sandbox import Sandbox, SandboxKind
 from whale.models.base import ChatModel
 
@@ -28,6 +29,8 @@ class RuntimeConfig:
     seed: int = 0
     # Fresh jailed workers started ahead of need; -1: twice the command's workers.
     warm: int = -1
+    # Where rollouts run: local threads (the default) or Ray actors (`executor.kind = "ray"`).
+    executor: ExecutorConfig = field(default_factory=ExecutorConfig)
 
     def validate(self) -> None:
         """Ranges, checked by `whale.config.build` (which has checked the types)."""
@@ -46,9 +49,14 @@ class RuntimeConfig:
                         at_least(obj, 0, f.name)
                     else:
                         above(obj, 0, f.name)
+        with part("executor"):
+            self.executor.validate()
 
 
 def make_runtime(cfg: RuntimeConfig, model: ChatModel | None, workers: int = 1) -> Runtime:
+    """The Runtime `cfg` describes, with its executor attached (`Runtime.close()` closes it).
+    ExecutorUnavailable (e.g. kind "ray" without Ray installed) is raised here, before any
+    run starts."""
     if cfg.sandbox not in ("auto", "nsjail", "bwrap", "unsafe"):
         raise ValueError(f"unknown sandbox {cfg.sandbox!r} (auto, nsjail, bwrap, unsafe)")
     return Runtime(
@@ -60,4 +68,5 @@ def make_runtime(cfg: RuntimeConfig, model: ChatModel | None, workers: int = 1) 
         temperature=cfg.temperature,
         seed=cfg.seed,
         warm=2 * workers if cfg.warm < 0 else cfg.warm,
+        executor=make_executor(cfg.executor),
     )

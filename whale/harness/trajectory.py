@@ -62,6 +62,9 @@ class Trajectory:
     sandbox: str = ""
     clipped_chars: int = 0  # text of events not recorded (over RECORD_CHARS)
     version: int = TRAJECTORY_VERSION
+    # Times this rollout was run again because the executor's worker running it was lost
+    # (a Ray actor that died); records from before the field read as 0.
+    retries: int = 0
 
     def __post_init__(self) -> None:
         self._recorded = sum(_text_size(e) for e in self.events)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from whale.config import above, at_least
@@ -23,6 +23,7 @@ from whale.models.base import (
 from whale.models.cache import CachedModel
 from whale.models.catalog import CATALOG, DEFAULT_MODEL, UnknownModel, is_installed, model_path
 from whale.models.embedded import EmbeddedLlama
+from whale.models.fleet import Fleet, check_endpoints
 from whale.models.hf import TransformersChat, adapter_digest
 from whale.models.openai_compat import OpenAICompatible
 
@@ -32,7 +33,12 @@ class ModelConfig:
     """`name`: a catalog name (`qwen-coder-0.5b`), a path to a .gguf file, a transformers
     checkpoint folder (in-process generation: slow, exact, for trained weights and tests), or
     the served model name when `base_url` points at an OpenAI-compatible server. `name@URL`
-    sets both."""
+    sets both.
+
+    `endpoints`: base URLs of OpenAI-compatible servers that all serve `name` with the same
+    weights; 2+ make a `Fleet` (load-balanced, failover, named `fleet:{name}` for the cache),
+    one is the same as `base_url`. `max_concurrency`: calls in flight per fleet endpoint
+    (0: unbounded). `probe_s`: how often a fleet probes an endpoint that is down."""
 
     name: str = DEFAULT_MODEL
     base_url: str | None = None
@@ -43,14 +49,24 @@ class ModelConfig:
     retries: int = 4
     cache: bool = True
     cache_path: str | None = None
+    endpoints: list[str] = field(default_factory=list)
+    max_concurrency: int = 0
+    probe_s: float = 5.0
 
     def validate(self) -> None:
         """Ranges, checked by `whale.config.build` (which has checked the types)."""
         if not self.name.strip():
             raise ValueError("name: must not be empty")
         at_least(self, 1, "n_ctx", "threads")
-        at_least(self, 0, "retries")
-        above(self, 0, "timeout_s")
+        at_least(self, 0, "retries", "max_concurrency")
+        above(self, 0, "timeout_s", "probe_s")
+        check_endpoints(self.endpoints)
+        if self.endpoints and (self.base_url or "@" in self.name):
+            raise ValueError("endpoints: give the servers either as endpoints or as base_url "
+                             "(or name@URL), not both")  # fmt: skip
+        if self.max_concurrency and len(self.endpoints) < 2:
+            raise ValueError("max_concurrency: limits the endpoints of a fleet; it needs 2+ "
+                             f"endpoints (got {len(self.endpoints)})")  # fmt: skip
 
 
 class ModelNotInstalled(ModelError):
@@ -63,8 +79,17 @@ def build_model(cfg: ModelConfig) -> ChatModel:
     name, base_url = cfg.name, cfg.base_url
     if "@" in name and base_url is None:
         name, base_url = name.split("@", 1)
+    if len(cfg.endpoints) == 1:
+        base_url = check_endpoints(cfg.endpoints)[0]
     model: ChatModel
-    if base_url:
+    if len(cfg.endpoints) >= 2:
+        # Each endpoint retries a call at most once: the other endpoints are the retry.
+        model = Fleet(
+            name, cfg.endpoints, api_key=os.environ.get(cfg.api_key_env),
+            max_concurrency=cfg.max_concurrency, retries=min(cfg.retries, 1),
+            timeout_s=cfg.timeout_s, probe_s=cfg.probe_s,
+        )  # fmt: skip
+    elif base_url:
         model = OpenAICompatible(
             name, base_url, api_key=os.environ.get(cfg.api_key_env), retries=cfg.retries,
             timeout_s=cfg.timeout_s,
@@ -131,8 +156,8 @@ def close_model(model: ChatModel | None) -> None:
 
 __all__ = [
     "CATALOG", "CachedModel", "ChatModel", "Completion", "ContextOverflow", "DEFAULT_MODEL",
-    "EmbeddedLlama", "Message", "ModelConfig", "ModelError", "ModelNotFound", "ModelNotInstalled",
-    "ModelTimeout", "ModelUnreachable", "OpenAICompatible", "Sampling", "TransformersChat",
-    "PROPOSER_MARKER", "UnknownModel", "adapter_digest", "trained_adapter",
+    "EmbeddedLlama", "Fleet", "Message", "ModelConfig", "ModelError", "ModelNotFound",
+    "ModelNotInstalled", "ModelTimeout", "ModelUnreachable", "OpenAICompatible", "Sampling",
+    "TransformersChat", "PROPOSER_MARKER", "UnknownModel", "adapter_digest", "trained_adapter",
     "build_model", "close_model",
 ]  # fmt: skip

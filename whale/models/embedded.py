@@ -1,21 +1,37 @@
-"""The embedded default backend: `llama_cpp.server` on a GGUF file, on 127.0.0.1.
+"""The embedded default backend: a llama.cpp server on a GGUF file, on 127.0.0.1.
 
 The server starts on the first call only (a harness that never calls the model never starts
 one), listens on a free port, is waited on until `/v1/models` answers, and is stopped when the
 process exits or `close()` is called. Calls go through `OpenAICompatible`.
 
-The server runs as `python -m whale.models.llama_server` (llama_cpp.server, with llama.cpp's
-AMX path off where it crashes; see that module). It cannot outlive this process (see
-`serverproc`): it dies by its parent-death signal when this process is killed (kill -9
-included), `close()` and `kill_servers()` kill its process group, and servers left by dead
-whale processes are reaped when a new one starts.
+Two servers, chosen at start:
+- the native `llama-server` (see `native`; `make install` builds it), with `slots` parallel
+  slots of `n_ctx` tokens each and continuous batching: up to `slots` calls decode together;
+- else `python -m whale.models.llama_server` (llama-cpp-python's server), which decodes one
+  request at a time (a one-line warning says so, and how to build the native one).
+`WHALE_EMBEDDED_SERVER=python` forces the second (`native` forces the first: a missing binary
+is then an error). Both run with llama.cpp's AMX weight repacking off where it crashes (see
+`llama_server`). Calls beyond what the server decodes at once wait here, for a free slot,
+so that a call's timeout counts its own decoding and not its wait behind other calls.
+
+Determinism (whale's response cache assumes a greedy or seeded request gives one reply): the
+native server repeats a request's reply when it is decoded the same way (prompt caching is off
+for this, see `native.command`), but llama.cpp is not batch-invariant: decoded alongside other
+requests, a greedy reply can differ from the one it gets alone (measured on Qwen2.5-Coder-0.5B,
+48 tokens: 1 of 4 prompts differed when batched with 3 others). The python server, one request
+at a time, does not have this.
+
+The server cannot outlive this process (see `serverproc`): it dies by its parent-death signal
+when this process is killed (kill -9 included), `close()` and `kill_servers()` kill its process
+group, and servers left by dead whale processes are reaped when a new one starts.
 After `close()` (or `kill_servers()`) an instance refuses calls with `ModelError`: it never
 restarts its server, and calls waiting for their turn fail within 50 ms.
 
 With `lora` (a llama.cpp LoRA adapter GGUF) the server applies the adapter to every request
-(`--lora_path`, scale 1) and the name becomes `embedded:{alias}+{digest}`, the digest being
-sha256[:12] of the adapter file's bytes, so that the response cache and the records never mix
-replies of the base and of an adapter (or of two adapters).
+(`--lora`, or `--lora_path` for the python server; scale 1) and the name becomes
+`embedded:{alias}+{digest}`, the digest being sha256[:12] of the adapter file's bytes, so that
+the response cache and the records never mix replies of the base and of an adapter (or of two
+adapters).
 """
 
 from __future__ import annotations
@@ -33,9 +49,14 @@ from pathlib import Path
 
 import httpx
 
-from whale.models import serverproc
-from whale.models.base import Completion, Message, ModelError, Sampling
+from whale.models import native, serverproc
+from whale.models.base import Completion, ContextOverflow, Message, ModelError, Sampling
 from whale.models.openai_compat import OpenAICompatible
+
+# llama-server's message for a prompt longer than a slot (a 400 that OpenAICompatible does not
+# classify): "request (N tokens) exceeds the available context size (M tokens), ...".
+_NATIVE_OVERFLOW = "exceeds the available context size"
+_warned_python = False
 
 # Started instances, for `kill_servers` (a signal handler must not take locks).
 _LIVE: dict[int, EmbeddedLlama] = {}
@@ -52,6 +73,28 @@ def kill_servers() -> None:
     group, no waiting, no locks (safe in a signal handler). In-flight calls fail at once."""
     for m in list(_LIVE.values()):
         m.abort()
+
+
+def server_kind(server: str | None = None) -> str:
+    """"native" or "python": the server a start would use now. `server` (else
+    `$WHALE_EMBEDDED_SERVER`) forces one; unset, the native one if its binary is there."""
+    forced = (server or os.environ.get("WHALE_EMBEDDED_SERVER", "")).strip().lower()
+    if forced not in ("", "native", "python"):
+        raise ModelError(f"embedded server {forced!r}: expected 'native' or 'python'")
+    if forced == "python":
+        return "python"
+    if forced == "native" or native.available():
+        return "native"
+    global _warned_python
+    if not _warned_python:
+        _warned_python = True
+        print(
+            f"whale: no native llama-server at {native.candidates()[0]}: embedded models decode "
+            "one request at a time (build it with `make llama-server`)",
+            file=sys.stderr,
+            flush=True,
+        )
+    return "python"
 
 
 def lora_digest(path: Path) -> str:
@@ -76,7 +119,14 @@ class EmbeddedLlama:
         ready_timeout_s: float = 180.0,
         timeout_s: float = 120.0,
         lora: str | Path | None = None,
+        slots: int = 4,
+        server: str | None = None,
     ) -> None:
+        """`slots`: calls decoded together by the native server (whale's default workers);
+        each slot holds `n_ctx` tokens. The python server decodes one at a time. `server`:
+        "native" or "python" forces that server (default: `server_kind()`)."""
+        if slots < 1:
+            raise ValueError(f"slots must be >= 1, not {slots}")
         self.gguf = Path(gguf)
         self.alias = alias or self.gguf.stem
         self.lora = Path(lora) if lora is not None else None
@@ -85,12 +135,14 @@ class EmbeddedLlama:
             self.name += f"+{lora_digest(self.lora)}"
         self.n_ctx, self.threads = n_ctx, threads or int(os.environ.get("WHALE_THREADS", "2"))
         self.ready_timeout_s, self.timeout_s = ready_timeout_s, timeout_s
+        self.slots, self.server = slots, server
+        self.kind: str | None = None  # "native" | "python", once started
         self._proc: subprocess.Popen[bytes] | None = None
         self._client: OpenAICompatible | None = None
         self._record: Path | None = None
         self._closed = False
         self._lock = threading.Lock()
-        self._serial = threading.Lock()
+        self._turns: threading.Semaphore | None = None  # one per call the server decodes
         self.log_path: Path | None = None
 
     @property
@@ -116,17 +168,8 @@ class EmbeddedLlama:
             port = free_port()
             log = Path(os.environ.get("TMPDIR", "/tmp")) / f"whale-llama-{port}.log"
             self.log_path = log
-            cmd = [
-                sys.executable, "-m", "whale.models.llama_server", "--model", str(self.gguf),
-                "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(self.n_ctx),
-                # Prompt threads too: llama_cpp.server otherwise uses every core for prompts,
-                # and on a busy machine the extra threads stall each step (measured: 17
-                # prompt tokens 8.7 s with a LoRA, 0.31 s with the batch threads capped).
-                "--n_threads", str(self.threads), "--n_threads_batch", str(self.threads),
-                "--model_alias", self.alias,
-            ]  # fmt: skip
-            if self.lora is not None:
-                cmd += ["--lora_path", str(self.lora)]
+            kind = server_kind(self.server)
+            cmd = self._command(kind, port)
             with open(log, "wb") as f:
                 proc = serverproc.spawn(cmd, stdout=f, stderr=subprocess.STDOUT)
             self._proc = proc
@@ -152,27 +195,62 @@ class EmbeddedLlama:
                     self.close(final=False)
                     raise ModelError(f"llama.cpp server not ready after {self.ready_timeout_s} s")
                 time.sleep(0.1)
+            self.kind = kind
+            self._turns = threading.Semaphore(self.slots if kind == "native" else 1)
             self._client = OpenAICompatible(
                 self.alias, base, api_key="none", timeout_s=self.timeout_s
             )
             return self._client
 
+    def _command(self, kind: str, port: int) -> list[str]:
+        if kind == "native":
+            exe = native.binary()
+            if exe is None:
+                raise ModelError(
+                    f"WHALE_EMBEDDED_SERVER=native but no llama-server at "
+                    f"{native.candidates()[0]} (build it with `make llama-server`)"
+                )
+            return native.command(
+                exe, self.gguf, port=port, alias=self.alias, n_ctx=self.n_ctx,
+                slots=self.slots, threads=self.threads, lora=self.lora,
+            )  # fmt: skip
+        cmd = [
+            sys.executable, "-m", "whale.models.llama_server", "--model", str(self.gguf),
+            "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(self.n_ctx),
+            # Prompt threads too: llama_cpp.server otherwise uses every core for prompts,
+            # and on a busy machine the extra threads stall each step (measured: 17
+            # prompt tokens 8.7 s with a LoRA, 0.31 s with the batch threads capped).
+            "--n_threads", str(self.threads), "--n_threads_batch", str(self.threads),
+            "--model_alias", self.alias,
+        ]  # fmt: skip
+        if self.lora is not None:
+            cmd += ["--lora_path", str(self.lora)]
+        return cmd
+
     def chat(
         self, messages: list[Message], sampling: Sampling, timeout: float | None = None
     ) -> Completion:
-        # llama_cpp.server decodes one request at a time. Queue here, so that a call's timeout
-        # counts its own decoding and not the wait behind other calls; the wait polls for
-        # close() so that a stopping run does not sit behind a queue of calls.
+        # The server decodes `slots` calls at once (the python one: one). Queue the rest here,
+        # so that a call's timeout counts its own decoding and not the wait behind other
+        # calls; the wait polls for close() so that a stopping run does not sit behind a queue.
         client = self.start()
-        while not self._serial.acquire(timeout=0.05):
+        turns = self._turns
+        if turns is None:  # closed between start() and here
+            raise self._refuse()
+        while not turns.acquire(timeout=0.05):
             if self._closed:
                 raise self._refuse()
         try:
             if self._closed:
                 raise self._refuse()
-            return client.chat(messages, sampling, timeout)
+            try:
+                return client.chat(messages, sampling, timeout)
+            except ModelError as e:
+                if type(e) is ModelError and _NATIVE_OVERFLOW in str(e):
+                    raise ContextOverflow(f"{self.alias}: prompt does not fit ({e})") from None
+                raise
         finally:
-            self._serial.release()
+            turns.release()
 
     def abort(self) -> None:
         """Refuse every later call and SIGKILL the server now (no wait, no lock)."""

@@ -6,6 +6,11 @@ class CPUs (ggml-org/llama.cpp#20824). Measured on this project's 2-core Xeon wi
 llama-cpp-python 0.3.36 built natively: SIGSEGV in libggml-cpu on the first chat, with both
 catalog quants (Q4_K_M, Q4_1); with `use_extra_bufts = False` the same calls succeed. CPUs
 without AMX keep llama.cpp's defaults. `WHALE_LLAMA_EXTRA_BUFTS=1` (or `0`) forces the choice.
+The native llama-server (`native`) follows the same choice with its `--no-repack` flag (the
+same `use_extra_bufts = false`; measured: without it, SIGSEGV at the first decode on this CPU).
+
+This server is the embedded backend's fallback when the native binary is not built, or with
+`WHALE_EMBEDDED_SERVER=python` (see `embedded`).
 """
 
 from __future__ import annotations

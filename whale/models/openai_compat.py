@@ -30,7 +30,7 @@ from whale.models.base import (
 )
 
 _CONTEXT_WORDS = ("context length", "context window", "maximum context", "too many tokens",
-                  "exceed context", "context_length")  # fmt: skip
+                  "exceed context", "context_length", "context size")  # fmt: skip
 
 
 class OpenAICompatible:
@@ -95,6 +95,11 @@ class OpenAICompatible:
                 err = ModelError(f"{self.base_url} kept refusing with 429: {_message(e)}")
             except openai.InternalServerError as e:
                 err = ModelError(f"{self.base_url} answered {e.status_code}: {_message(e)}")
+            except (ValueError, AttributeError, TypeError) as e:
+                # A 200 whose body is not a chat completion (not JSON, HTML, a bare string):
+                # the server's fault, retried like a 5xx (and failed over by a fleet).
+                err = ModelError(f"{self.base_url} sent a reply that is not a chat completion "
+                                 f"({type(e).__name__}: {str(e)[:200]})")  # fmt: skip
             except openai.APIStatusError as e:
                 text = _message(e)
                 if e.status_code in (400, 413, 422) and any(

@@ -14,8 +14,9 @@ Three layers, because no single one covers every way a whale process ends:
 3. A registry of running servers, one JSON file per server in `registry_dir()`: owner pid
    and start time, server pid, start time and command line. `reap_stale()` kills the
    recorded servers whose owner is dead, but only when the live process with that pid has
-   exactly the recorded start time and command line and is an embedded llama server (so a
-   reused pid is never killed), and removes records that no longer name a live server.
+   exactly the recorded start time and command line and is an embedded llama server, python
+   or native (`is_server_cmd`; so a reused pid is never killed), and removes records that
+   no longer name a live server.
 
 Not covered: a server whose owner runs in another pid namespace that shares the cache folder
 is seen as ownerless only if its pid means the same process here, which the start-time check
@@ -35,6 +36,8 @@ import threading
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
+
+from whale.models.native import is_native_cmd
 
 # Runs as `python -I -S -c PRELUDE PARENT_PID CMD...`: set the parent-death signal, give up if
 # the parent died before that (the signal would then never come), exec the real command.
@@ -140,7 +143,11 @@ def _alive(pid: int, started: int | None) -> bool:
 
 
 def is_server_cmd(cmd: list[str]) -> bool:
-    return len(cmd) >= 3 and cmd[1] == "-m" and cmd[2] in _SERVER_MODULES
+    """An embedded llama server's command line: `PYTHON -m whale.models.llama_server ...` (or
+    `llama_cpp.server`), or the native `.../llama-server[-VERSION] --model ...`."""
+    if len(cmd) >= 3 and cmd[1] == "-m" and cmd[2] in _SERVER_MODULES:
+        return True
+    return is_native_cmd(cmd)
 
 
 # --- registry -----------------------------------------------------------------------------

@@ -19,6 +19,7 @@ import tomli_w
 from whale import config as cfgmod
 from whale.config import at_least, one_of, part
 from whale.harness import RuntimeConfig, harness_hash, make_runtime
+from whale.harness.executor import EXECUTOR_RESUMABLE
 from whale.models import ChatModel, ModelConfig, close_model
 from whale.records import RecordError, RunLock, read_json, write_atomic
 from whale.revise.loop import AdaptResult, LoopSettings, adapt, summary_markdown
@@ -236,8 +237,10 @@ RESUMABLE: dict[str, str] = {
     **{
         f"{m}.{k}": "how the backend is reached or cached, not what it answers"
         for m in ("solver", "proposer")
-        for k in ("threads", "retries", "cache", "cache_path", "api_key_env")
+        for k in ("threads", "retries", "cache", "cache_path", "api_key_env", "endpoints",
+                  "max_concurrency", "probe_s")
     },
+    **{k: "where rollouts run, not what they produce" for k in EXECUTOR_RESUMABLE},
 }
 
 
@@ -339,6 +342,7 @@ def outcome_fingerprint(task: TaskConfig, solver: ModelConfig, runtime: RuntimeC
     the weights behind one model name."""
     rt = asdict(runtime)
     rt.pop("warm", None)
+    rt.pop("executor", None)  # where rollouts run does not change what they produce
     s = solver
     what = {
         "task": asdict(task),

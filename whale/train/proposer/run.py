@@ -34,6 +34,7 @@ import tomli_w
 
 from whale import config as cfgmod
 from whale.harness import RuntimeConfig, load_harness, make_runtime
+from whale.harness.executor import EXECUTOR_RESUMABLE
 from whale.models import PROPOSER_MARKER, ChatModel, ModelConfig, build_model, close_model
 from whale.records import RecordError, write_atomic
 from whale.revise.code_screens import ReviewerScreen
@@ -66,9 +67,11 @@ _STAGE_SECTIONS = {
 }
 # Fields that never change what a record says (how fast or where things run).
 RESUMABLE = {"workers", "tracking", "out", "runtime.warm", "evaluate.only",
+             "grpo.vllm_url", "grpo.vllm_model",
              *(f"{m}.{k}" for m in ("solver", "teacher", "reviewer")
                for k in ("threads", "retries", "cache", "cache_path", "api_key_env",
-                         "timeout_s"))}  # fmt: skip
+                         "timeout_s", "endpoints", "max_concurrency", "probe_s"))
+             } | EXECUTOR_RESUMABLE  # fmt: skip
 
 
 def _default_families() -> FamilySplits:

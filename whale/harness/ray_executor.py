@@ -1,0 +1,571 @@
+"""Rollouts on Ray actors (`runtime.executor.kind = "ray"`, `pip install 'whale[ray]'`).
+
+Each actor holds a Runtime rebuilt from a picklable description of the driver's
+(`RuntimeSpec`: budget, limits, python tool limits, sandbox, sampling, and `ModelSpec`, the
+solver's OpenAI-compatible URL), so a rollout on an actor is the same fresh jailed worker as
+a local one, its model calls brokered by the actor. Only the trajectory comes back; grading
+and recording stay in the driver (`whale.evaluate`). The driver keeps at most `per_actor`
+rollouts in flight on each actor (the rest wait in the driver, never all N submitted) and
+takes results with `ray.wait` as they finish.
+
+Failures: an actor process that dies (OOM, SIGKILL, a lost node) costs only its in-flight
+rollouts; each is run once more on a replacement actor and its trajectory says `retries=1`;
+lost a second time, it is a `crashed` trajectory, "ray worker lost twice ...". A rollout's
+model calls made before a loss were paid and are paid again by the retry. `Runtime.cancel()`
+(and Ctrl-C in `evaluate`) cancels the in-flight tasks and kills the actors at once (their
+jailed workers die with them: the jails' parent-death signal).
+
+The model: an OpenAI-compatible backend is handed over as its URL (and API key, sent
+through Ray to the actors); an embedded llama.cpp model is started on the driver and handed
+over as `name@http://127.0.0.1:PORT/v1`, so actors then call it directly (its calls are not
+queued one at a time by the driver as local runs' are; the server still answers one at a
+time, and a call's timeout then includes its wait). A response cache (CachedModel) is opened
+by each actor at the same path, keyed by the same backend name. A model that only exists in
+this process (a transformers checkpoint, a test double) is ExecutorUnavailable.
+
+The cluster: `address` None or "local" starts a local cluster (`num_cpus`, no dashboard) that
+`close()` and an atexit hook shut down; when Ray was already initialized in this process
+(a test's shared cluster), that one is used and left running; any other address connects
+to a running cluster, which is left running (only this executor's actors are killed).
+Measured on this machine (ray 2.60): after the driver is SIGKILLed, gcs_server, raylet, the
+actors and their jails exit by themselves within 3 s, but Ray's DashboardAgent and
+RuntimeEnvAgent lived on for about 60 s. So a local cluster comes with a reaper, a small
+process that waits on a pipe from the driver and, once it closes (the driver ended in any
+way), SIGKILLs the cluster's processes that were up after `ray.init` (pid and start time):
+measured, nothing is left 0.1 s after the SIGKILL (tests/harness/test_ray_executor.py).
+Not covered: a connected cluster (not started by whale) is never reaped; what Ray does there
+with the actors of a SIGKILLed driver was not measured.
+
+A multi-node cluster needs, on every node: the same Python and whale installed (actors
+import whale; nothing is shipped by runtime_env), a jail backend (nsjail or bubblewrap),
+the model server reachable at the URL the driver has (a server listening on 127.0.0.1 is
+reachable only on the driver's node, so actors are then placed on the driver's node; serve
+the model on a routable address for them to spread), the retriever picklable (it is put
+in the object store once per `stream`), and the environment the workers need (WHALE_CACHE,
+API keys other than the one sent) set on the nodes: the driver's environment is not copied.
+Not covered: a node lost between `ray.wait` and `ray.get` of a result is a loss like any
+other; a cluster that never has room for an actor is ExecutorUnavailable after
+`actor_start_s`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlparse
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError, TaskCancelledError
+
+from whale.harness.broker import Retriever, Runtime, harness_hash
+from whale.harness.budget import Budget, Limits, PythonToolLimits
+from whale.harness.executor import ExecutorUnavailable, Rollout
+from whale.harness.sandbox import Sandbox
+from whale.harness.trajectory import Status, Trajectory
+from whale.models.base import ChatModel
+from whale.models.cache import CachedModel
+from whale.models.embedded import EmbeddedLlama
+from whale.models.fleet import Fleet
+from whale.models.openai_compat import OpenAICompatible
+
+# Started with a local cluster: when this process ends in any way (its end of the pipe closes),
+# SIGKILL the cluster's processes it was given (pid and start time, so that a reused pid is
+# spared). Ray's per-node agents otherwise outlive a SIGKILLed driver by about a minute.
+_REAPER = '''
+import json, os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+procs = json.loads(sys.stdin.readline())
+sys.stdin.read()
+for pid, start in procs:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[19] == start:
+                os.kill(pid, signal.SIGKILL)
+    except (OSError, IndexError):
+        pass
+'''
+
+
+def _descendants(root: int) -> list[tuple[int, str]]:
+    """(pid, start time) of every live process below `root`, from /proc."""
+    children: dict[int, list[int]] = {}
+    starts: dict[int, str] = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            children.setdefault(int(fields[1]), []).append(int(d))
+            starts[int(d)] = fields[19]
+    out, todo = [], list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        out.append((pid, starts[pid]))
+        todo += children.get(pid, [])
+    return out
+
+
+def _start_reaper(before: set[tuple[int, str]]) -> subprocess.Popen[str] | None:
+    """The reaper of the processes that are below this one now and were not in `before` (the
+    snapshot taken just before `ray.init`): the cluster's, never a model server or any other
+    child this process had started."""
+    if not os.path.isdir("/proc"):
+        return None
+    procs = [p for p in _descendants(os.getpid()) if p not in before]
+    reaper = subprocess.Popen([sys.executable, "-c", _REAPER], stdin=subprocess.PIPE, text=True,
+                              start_new_session=True)  # fmt: skip
+    assert reaper.stdin is not None
+    reaper.stdin.write(json.dumps(procs) + "\n")
+    reaper.stdin.flush()
+    return reaper
+
+
+# How long one ray.wait blocks: the loop checks cancel() and lets signals in between.
+POLL_S = 0.1
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What an actor needs to call the driver's model: an OpenAI-compatible endpoint."""
+
+    name: str  # the driver's backend identity (cache keys, records)
+    model: str
+    base_url: str
+    api_key: str | None = field(default=None, repr=False)
+    retries: int = 4
+    backoff_s: float = 0.5
+    timeout_s: float = 120.0
+    token_ids: bool = False
+    cache_path: str | None = None
+    # A fleet (whale.models.fleet): its endpoints; each actor routes over all of them with
+    # its own `max_concurrency` per endpoint (so the cluster may have actors x that in flight).
+    endpoints: tuple[str, ...] = ()
+    max_concurrency: int = 0
+    probe_s: float = 5.0
+
+    def loopback(self) -> bool:
+        urls = self.endpoints or (self.base_url,)
+        return any((urlparse(u).hostname or "") in LOOPBACK for u in urls)
+
+    def build(self) -> ChatModel:
+        m: Any
+        if self.endpoints:
+            m = Fleet(self.model, self.endpoints, api_key=self.api_key,
+                      max_concurrency=self.max_concurrency, timeout_s=self.timeout_s,
+                      probe_s=self.probe_s, token_ids=self.token_ids)  # fmt: skip
+        else:
+            m = OpenAICompatible(self.model, self.base_url, api_key=self.api_key or "none",
+                                 retries=self.retries, backoff_s=self.backoff_s,
+                                 timeout_s=self.timeout_s, token_ids=self.token_ids)  # fmt: skip
+        m.name = self.name  # the same identity as the driver's backend
+        return CachedModel(m, self.cache_path) if self.cache_path else m
+
+
+def describe_model(model: ChatModel | None) -> ModelSpec | None:
+    """The picklable description of `model`, or ExecutorUnavailable for a model that cannot
+    be called from another process. An embedded model is started here (on the driver)."""
+    if model is None:
+        return None
+    resolve = getattr(model, "resolve_model", None)
+    if callable(resolve):  # served on demand (the weight phase's solver): serve it now
+        model = resolve()
+    cache_path, inner = None, model
+    if isinstance(model, CachedModel):
+        cache_path, inner = str(model.path), model.inner
+    name = inner.name
+    client: Any
+    if isinstance(inner, Fleet):
+        return ModelSpec(
+            name=name, model=inner.model, base_url="", endpoints=tuple(inner.urls()),
+            api_key=inner.api_key, timeout_s=inner.timeout_s, token_ids=inner.token_ids,
+            max_concurrency=inner.max_concurrency, probe_s=inner.probe_s, cache_path=cache_path,
+        )  # fmt: skip
+    if isinstance(inner, EmbeddedLlama):
+        client = inner.start()
+    elif isinstance(inner, OpenAICompatible):
+        client = inner
+    else:
+        raise ExecutorUnavailable(
+            f"the ray executor calls the solver from its actors, so it needs an "
+            f"OpenAI-compatible server (NAME@URL) or an embedded llama.cpp model; {name!r} "
+            f"({type(inner).__name__}) runs only in this process: use executor.kind=local"
+        )
+    key = getattr(getattr(client, "_client", None), "api_key", None)
+    return ModelSpec(
+        name=name, model=client.model, base_url=client.base_url, api_key=key,
+        retries=client.retries, backoff_s=client.backoff_s, timeout_s=client.timeout_s,
+        token_ids=client.token_ids, cache_path=cache_path,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RuntimeSpec:
+    """A Runtime, as plain picklable values, to rebuild on an actor."""
+
+    model: ModelSpec | None
+    budget: Budget
+    limits: Limits
+    python_limits: PythonToolLimits
+    sandbox: Sandbox
+    temperature: float
+    seed: int | None
+    warm: int
+
+    @classmethod
+    def of(cls, rt: Runtime, per_actor: int) -> RuntimeSpec:
+        return cls(describe_model(rt.model), rt.budget, rt.limits, rt.python_limits,
+                   rt.sandbox, rt.temperature, rt.seed,
+                   2 * per_actor if rt.warm > 0 else 0)  # fmt: skip
+
+    def build(self) -> Runtime:
+        return Runtime(
+            model=None if self.model is None else self.model.build(), budget=self.budget,
+            limits=self.limits, python_limits=self.python_limits, sandbox=self.sandbox,
+            temperature=self.temperature, seed=self.seed, warm=self.warm,
+        )  # fmt: skip
+
+
+class _RolloutActor:
+    """Runs rollouts on a Runtime built from the spec each call brings (rebuilt when it
+    changes: WHALE swaps the solver's adapter between evaluations)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._spec: RuntimeSpec | None = None
+        self._rt: Runtime | None = None
+        self._retrievers: dict[str, Any] = {}
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def _runtime(self, spec: RuntimeSpec) -> Runtime:
+        with self._lock:
+            if self._rt is None or self._spec != spec:
+                old, self._rt, self._spec = self._rt, spec.build(), spec
+                if old is not None:
+                    old.close()  # its runs in flight keep their own workers
+            return self._rt
+
+    def run(self, spec: RuntimeSpec, source: str, prompt: str, question_id: str,
+            retriever: list[Any] | None) -> Trajectory:  # fmt: skip
+        rt = self._runtime(spec)
+        r = None
+        if retriever is not None:  # [ObjectRef], boxed so that Ray does not fetch it per call
+            key = retriever[0].hex()
+            with self._lock:
+                if key not in self._retrievers:
+                    self._retrievers = {key: ray.get(retriever[0])}
+                r = self._retrievers[key]
+        return rt.run(source, prompt, question_id, r)
+
+
+@dataclass
+class _Slot:
+    actor: Any
+    pid: int
+    running: dict[Any, str] = field(default_factory=dict)  # ObjectRef -> question id
+    dead: bool = False  # lost: takes no new rollouts; dropped once its running ones are back
+
+
+_Actor: Any = ray.remote(_RolloutActor)
+
+
+# The reaper of a local cluster this process started and has not shut down.
+_STARTED: list[subprocess.Popen[str] | None] = []
+
+
+def _shutdown_local() -> None:
+    if _STARTED and ray.is_initialized():
+        ray.shutdown()
+    for reaper in _STARTED:
+        if reaper is not None and reaper.stdin is not None:
+            reaper.stdin.close()  # it kills what shutdown left, and exits
+            reaper.wait(timeout=10)
+    _STARTED.clear()
+
+
+class RayExecutor:
+    """Rollouts on `actors` Ray actors, `per_actor` in flight on each (see the module)."""
+
+    def __init__(self, address: str | None = None, actors: int = 2, per_actor: int = 1,
+                 num_cpus: int | None = None, actor_start_s: float = 120.0) -> None:  # fmt: skip
+        self.address = None if address in (None, "local") else address
+        self.actors, self.per_actor = actors, per_actor
+        self.num_cpus, self.actor_start_s = num_cpus, actor_start_s
+        self._slots: list[_Slot] = []
+        self._lock = threading.Lock()
+        self._starting = threading.Lock()
+        self._owns = False
+        # Made by make_executor for a config: shared by every Runtime of this process with
+        # that config, so Runtime.close() leaves it running; closed at exit.
+        self.shared = False
+
+    # -- cluster and actors ------------------------------------------------------------------
+    def _connect(self) -> None:
+        if ray.is_initialized():
+            return
+        if self.address is None:
+            n = self.num_cpus or max(os.cpu_count() or 1, self.actors)
+            before = set(_descendants(os.getpid())) if os.path.isdir("/proc") else set()
+            ray.init(num_cpus=n, include_dashboard=False, log_to_driver=False,
+                     configure_logging=False)  # fmt: skip
+            self._owns = True
+            if not _STARTED:
+                _STARTED.append(_start_reaper(before))
+                atexit.register(_shutdown_local)
+        else:
+            ray.init(address=self.address, log_to_driver=False, configure_logging=False)
+
+    def _start_actors(self, spec: RuntimeSpec) -> None:
+        """Fill the slots up to `actors`, waiting until each new actor answers (one stream at
+        a time: two streams that both lost an actor start one replacement, not two)."""
+        with self._starting:
+            self._start_actors_now(spec)
+
+    def _start_actors_now(self, spec: RuntimeSpec) -> None:
+        options: dict[str, Any] = {"num_cpus": 1, "max_concurrency": self.per_actor,
+                                   "max_restarts": 0, "max_task_retries": 0}  # fmt: skip
+        if spec.model is not None and spec.model.loopback():
+            from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+            here = ray.get_runtime_context().get_node_id()
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(here, soft=False)
+        with self._lock:
+            missing = self.actors - sum(not s.dead for s in self._slots)
+        new = [_Actor.options(**options).remote() for _ in range(missing)]
+        if not new:
+            return
+        try:
+            pids = ray.get([a.pid.remote() for a in new], timeout=self.actor_start_s)
+        except GetTimeoutError:
+            for a in new:
+                ray.kill(a, no_restart=True)
+            raise ExecutorUnavailable(
+                f"ray: {len(new)} actor(s) not started after {self.actor_start_s:g} s (does "
+                f"the cluster have {len(new)} free CPU(s)?)"
+            ) from None
+        with self._lock:
+            self._slots += [_Slot(a, int(p)) for a, p in zip(new, pids, strict=True)]
+
+    def actor_pids(self) -> list[int]:
+        """Process ids of the live actors (on their nodes)."""
+        with self._lock:
+            return [s.pid for s in self._slots if not s.dead]
+
+    def in_flight(self) -> dict[int, list[str]]:
+        """Question ids of the rollouts in flight, by actor pid."""
+        with self._lock:
+            return {s.pid: list(s.running.values()) for s in self._slots}
+
+    def cancel(self) -> None:
+        """Cancel the in-flight tasks and kill every actor now (no waiting)."""
+        with self._lock:
+            slots, self._slots = self._slots, []
+        for s in slots:
+            for ref in s.running:
+                try:
+                    ray.cancel(ref)
+                except Exception:  # noqa: BLE001, S110 - it is being killed anyway
+                    pass
+            try:
+                ray.kill(s.actor, no_restart=True)
+            except Exception:  # noqa: BLE001, S110 - already dead
+                pass
+
+    def close(self) -> None:
+        """Kill the actors; shut down the local cluster if this executor started it. A shared
+        executor (make_executor's) is closed only at exit (`close_shared`)."""
+        if not self.shared:
+            self.shutdown()
+
+    def shutdown(self) -> None:
+        if ray.is_initialized():
+            self.cancel()
+        if self._owns:
+            self._owns = False
+            _shutdown_local()
+
+    # -- the verb ------------------------------------------------------------------------------
+    def stream(
+        self,
+        runtime: Runtime,
+        source: str,
+        rollouts: Sequence[Rollout],
+        workers: int,
+        retriever: Retriever | None,
+    ) -> Generator[tuple[int, Trajectory], None, None]:
+        """See `Executor.stream`. `workers` is not used: `actors` x `per_actor` bound the
+        rollouts in flight, shared by every stream of this executor (several threads may
+        stream at once: each waits only on its own rollouts). Closing a stream early cancels
+        its own rollouts; an interrupt kills the actors (started again by the next stream)."""
+        h = harness_hash(source)
+        if runtime.cancelled:
+            for i, r in enumerate(rollouts):
+                yield i, _stopped(r, h, "killed", "cancelled")
+            return
+        spec = RuntimeSpec.of(runtime, self.per_actor)  # refuses a model actors cannot call
+        self._connect()
+        self._drop_idle_dead()  # an actor that died while idle must not cost anyone a try
+        self._start_actors(spec)
+        try:
+            box = None if retriever is None else [ray.put(retriever)]
+        except Exception as e:  # noqa: BLE001 - pickling a user's object fails in many ways
+            raise ExecutorUnavailable(f"ray: the task's retriever cannot be sent to the "
+                                      f"actors ({type(e).__name__}: {e})") from None  # fmt: skip
+        queue, tries = deque(range(len(rollouts))), [0] * len(rollouts)
+        mine: dict[Any, tuple[_Slot, int]] = {}  # this stream's refs in flight
+        remove_hook = runtime.on_cancel(self.cancel)
+        finished = False
+        try:
+            while queue or mine:
+                if runtime.cancelled:  # cancel() from elsewhere: the rest end as killed
+                    for i in [*self._forget(mine), *queue]:
+                        yield i, _stopped(rollouts[i], h, "killed", "cancelled")
+                    queue.clear()
+                    break
+                self._submit(queue, mine, spec, source, rollouts, box)
+                if not mine:  # every slot is busy with other streams' rollouts
+                    time.sleep(POLL_S / 10)
+                    continue
+                ready, _ = ray.wait(list(mine), num_returns=1, timeout=POLL_S)
+                if ready:
+                    more, _ = ray.wait(list(mine), num_returns=len(mine), timeout=0)
+                    ready = list({*ready, *more})
+                lost = False
+                for ref in ready:
+                    slot, i = mine.pop(ref)
+                    with self._lock:
+                        slot.running.pop(ref, None)
+                    try:
+                        traj: Trajectory = ray.get(ref)
+                    except RayActorError as e:
+                        lost = True
+                        slot.dead = True
+                        if runtime.cancelled:
+                            yield i, _stopped(rollouts[i], h, "killed", "cancelled")
+                        elif tries[i] == 0:
+                            tries[i] = 1
+                            queue.appendleft(i)
+                        else:
+                            why = str(e).strip().splitlines()[0][:300] if str(e) else ""
+                            yield i, _stopped(rollouts[i], h, "crashed",
+                                              f"ray worker lost twice (the actor running this "
+                                              f"rollout died on both tries): {why}")  # fmt: skip
+                        continue
+                    except TaskCancelledError:
+                        yield i, _stopped(rollouts[i], h, "killed", "cancelled")
+                        continue
+                    except Exception as e:  # noqa: BLE001 - the actor's own code failed
+                        yield i, _stopped(rollouts[i], h, "crashed",
+                                          f"ray: {type(e).__name__}: {str(e)[:1000]}")  # fmt: skip
+                        continue
+                    traj.retries = tries[i]
+                    yield i, traj
+                with self._lock:
+                    self._slots = [s for s in self._slots if not (s.dead and not s.running)]
+                if lost and not runtime.cancelled:
+                    self._start_actors(spec)  # replacements for the lost ones
+            finished = True
+        except (KeyboardInterrupt, SystemExit):
+            self.cancel()
+            runtime.cancel()
+            raise
+        finally:
+            remove_hook()
+            if not finished:  # a closed stream: stop what runs for nobody (only its own)
+                for ref in list(mine):
+                    try:
+                        ray.cancel(ref)  # a running one finishes on its actor, unread
+                    except Exception:  # noqa: BLE001, S110 - already done
+                        pass
+                self._forget(mine)
+
+    def _forget(self, mine: dict[Any, tuple[_Slot, int]]) -> list[int]:
+        """Drop a stream's refs from the slots; the rollout indexes they were."""
+        with self._lock:
+            for ref, (slot, _) in mine.items():
+                slot.running.pop(ref, None)
+        out = [i for _, i in mine.values()]
+        mine.clear()
+        return out
+
+    def _drop_idle_dead(self) -> None:
+        """Ping every actor; the ones that do not answer (died while no rollout ran on them)
+        are dropped now, before any rollout is sent to them."""
+        with self._lock:
+            slots = [s for s in self._slots if not s.dead]
+        if not slots:
+            return
+        pings = {s.actor.pid.remote(): s for s in slots}
+        ready, _ = ray.wait(list(pings), num_returns=len(pings), timeout=5.0)
+        for ref, s in pings.items():
+            if ref not in ready:
+                continue  # busy or slow: it keeps its slot
+            try:
+                ray.get(ref)
+            except RayActorError:
+                s.dead = True
+        with self._lock:
+            self._slots = [s for s in self._slots if not (s.dead and not s.running)]
+
+    def _submit(self, queue: deque[int], mine: dict[Any, tuple[_Slot, int]],
+                spec: RuntimeSpec, source: str, rollouts: Sequence[Rollout],
+                box: list[Any] | None) -> None:  # fmt: skip
+        with self._lock:
+            for s in self._slots:
+                while queue and not s.dead and len(s.running) < self.per_actor:
+                    i = queue.popleft()
+                    r = rollouts[i]
+                    ref = s.actor.run.remote(spec, source, r.prompt, r.question_id, box)
+                    s.running[ref] = r.question_id
+                    mine[ref] = (s, i)
+
+
+_SHARED: dict[tuple[Any, ...], RayExecutor] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_executor(address: str | None, actors: int, per_actor: int, num_cpus: int | None,
+                    actor_start_s: float) -> RayExecutor:  # fmt: skip
+    """One RayExecutor per config in this process: the runtimes a command makes one after the
+    other (a weight phase makes one per sample group) reuse its cluster and actors instead of
+    starting their own. Shut down at exit."""
+    key = (address, actors, per_actor, num_cpus, actor_start_s)
+    with _SHARED_LOCK:
+        ex = _SHARED.get(key)
+        if ex is None:
+            ex = _SHARED[key] = RayExecutor(address, actors, per_actor, num_cpus, actor_start_s)
+            ex.shared = True
+            if len(_SHARED) == 1:
+                atexit.register(close_shared)
+        return ex
+
+
+def close_shared() -> None:
+    with _SHARED_LOCK:
+        shared = list(_SHARED.values())
+        _SHARED.clear()
+    for ex in shared:
+        ex.shutdown()
+
+
+def _stopped(r: Rollout, h: str, status: Status, error: str) -> Trajectory:
+    t = Trajectory(question_id=r.question_id, harness_hash=h, status=status, error=error)
+    t.started_at = time.time()
+    return t
+
+
+__all__ = ["ModelSpec", "RayExecutor", "RuntimeSpec", "close_shared", "describe_model",
+           "shared_executor"]
