@@ -324,3 +324,59 @@ def test_shutting_down_its_cluster_spares_the_drivers_other_children():
     assert out.returncode == 0, out.stderr[-2000:]
     pid, rc = out.stdout.split()
     assert rc == "None"  # still running after the cluster's shutdown
+
+
+def test_cancelling_one_runtime_spares_the_streams_of_another_on_the_same_actors(cluster):
+    """Runtimes made from one config share one executor (shared_executor): a cancel of one
+    (its Ctrl-C handler, a stopped phase) must not kill, cancel or starve the others' runs."""
+    task = load_task("rg:basic_arithmetic", size=8, seed=3)
+    qs = task.questions()
+    ex = RayExecutor(actors=2, per_actor=2)
+    res: dict[str, object] = {}
+    with StubServer([("ok", "Answer: 7")], delay_s=1.5) as s:
+        ra = Runtime(model=OpenAICompatible("stub", s.base_url), executor=ex)
+        rb = Runtime(model=OpenAICompatible("stub", s.base_url), executor=ex)
+
+        def run(k: str, rt: Runtime, q: list) -> None:
+            res[k] = evaluate(rt, load_harness("single_call"), task, q, 2)
+
+        ta = threading.Thread(target=run, args=("A", ra, qs[:4]))
+        tb = threading.Thread(target=run, args=("B", rb, qs[4:]))
+        try:
+            ta.start()
+            deadline = time.monotonic() + 60
+            while len(s.requests) < 4 and time.monotonic() < deadline:  # A fills every slot
+                time.sleep(0.02)
+            tb.start()
+            time.sleep(0.3)
+            ra.cancel()
+            ta.join(60)
+            tb.join(60)
+            assert not ta.is_alive() and not tb.is_alive()
+        finally:
+            ex.close()
+    a, b = res["A"], res["B"]
+    assert all(o.status == "killed" for o in a.outcomes)  # type: ignore[attr-defined]
+    assert [(o.status, o.retries) for o in b.outcomes] == [("ok", 0)] * 4  # type: ignore[attr-defined]
+
+
+def test_a_stream_closed_early_keeps_its_running_rollout_counted_until_it_ends(cluster):
+    """A rollout still running on its actor after its stream was closed holds its place: the
+    next stream's rollouts go to free actors instead of queueing behind it."""
+    from whale.harness.executor import Rollout
+
+    src = "def run(question, env):\n    return env.llm([{'role': 'user', 'content': question}]).text\n"
+    ex = RayExecutor(actors=2, per_actor=1)
+    with StubServer([("ok", "fast"), ("sleep", 8, "slow"), ("ok", "x")]) as s:
+        rt = Runtime(model=OpenAICompatible("stub", s.base_url, timeout_s=60), executor=ex)
+        try:
+            gen = ex.stream(rt, src, [Rollout("c0", "q0"), Rollout("c1", "q1")], 2, None)
+            next(gen)
+            gen.close()  # c1 still decodes on its actor
+            t0 = time.monotonic()
+            out = list(ex.stream(rt, src, [Rollout("d0", "q"), Rollout("d1", "q")], 2, None))
+            took = time.monotonic() - t0
+        finally:
+            ex.close()
+    assert sorted(t.status for _, t in out) == ["ok", "ok"]
+    assert took < 5.0  # not behind the 8 s orphan

@@ -297,3 +297,40 @@ def test_a_lora_adapter_is_applied(tmp_path, smol):
         assert b.text != smol.chat(essay(TOPICS[1]), sampling).text
     finally:
         tuned.close()
+
+
+@pytest.mark.model
+def test_a_server_that_dies_under_a_call_is_named_and_the_next_call_starts_a_new_one():
+    """A crash or an OOM kill of the server: the call says the server exited (not "cannot
+    reach"), and the instance does not keep refusing: the next call restarts it."""
+    import signal
+    import threading
+
+    require_native()
+    m = EmbeddedLlama(require_model("smollm2-135m"), n_ctx=512, threads=1, slots=2)
+    try:
+        assert m.chat(HI, Sampling(max_tokens=4)).text is not None
+        proc = m._proc
+        assert proc is not None
+        timer = threading.Timer(0.3, lambda: os.killpg(proc.pid, signal.SIGKILL))
+        timer.start()
+        with pytest.raises(ModelError, match=r"server exited \(-9\) during the call"):
+            m.chat(essay("the sea"), Sampling(max_tokens=400))
+        timer.join()
+        again = m.chat(HI, Sampling(max_tokens=4))
+        assert again.text is not None and m._proc is not None and m._proc.pid != proc.pid
+    finally:
+        m.close()
+
+
+def test_a_binary_of_another_name_is_recognized_and_a_non_executable_one_is_named(
+        monkeypatch, tmp_path):  # fmt: skip
+    exe = tmp_path / "server"
+    exe.write_text("#!/bin/sh\n")
+    monkeypatch.setenv("WHALE_LLAMA_SERVER", str(exe))
+    assert native.binary() is None and "is not executable" in native.missing()
+    exe.chmod(0o755)
+    cmd = native.command(exe, tmp_path / "m.gguf", port=1, alias="a", n_ctx=8, slots=1,
+                         threads=1)  # fmt: skip
+    assert serverproc.is_server_cmd(cmd)  # so the reaper finds it when its owner is gone
+    assert not serverproc.is_server_cmd([str(exe), "--help"])

@@ -67,15 +67,22 @@ def test_vllm_loads_serves_and_unloads(tmp_path: Path) -> None:
         with pytest.raises(ModelError):
             m1.chat(MESSAGES, GREEDY)
 
-        # The same bytes in another folder: same name, nothing loaded or unloaded.
+        # The same bytes in another folder: same name; the load is asked again (a restarted
+        # server would have forgotten it), answered "already loaded", nothing unloaded.
         same = shutil.copytree(a2, tmp_path / "copy")
         serving.serve(same)
-        assert len(stub.lora_requests) == 3
+        assert len(stub.lora_requests) == 4 and stub.lora_requests[3][0] == "load_lora_adapter"
+        assert stub.loras == {n2: str(a2)}
+
+        # A restarted server (its adapters forgotten): serving the same adapter loads it again.
+        stub.loras.clear()
+        serving.serve(a2)
+        assert stub.loras == {n2: str(a2)}
 
         # Another serving object finds the name loaded already (400): the same weights.
         other = VLLMServing(stub.base_url, "Qwen/base")
         other.serve(a2)
-        assert stub.lora_requests[3][0] == "load_lora_adapter" and stub.loras == {n2: str(a2)}
+        assert stub.lora_requests[-1][0] == "load_lora_adapter" and stub.loras == {n2: str(a2)}
 
         # Back to the base: the adapter goes.
         serving.serve(None)

@@ -44,6 +44,9 @@ def test_vllm_generation_trains_on_the_servers_ids(tmp_path: Path,
         return wrapped
 
     monkeypatch.setattr(grpo, "_make_rollout", spy)
+    # The stub tokenizes every prompt as [7, 8, 9]: here the local template agrees with it (a
+    # server with the same tokenizer and chat template); the test below covers a disagreement.
+    monkeypatch.setattr(grpo, "template_ids", lambda tokenizer, prompt: [7, 8, 9])
     texts = iter(["a", "bb", "ccc", "dddd"] * 10)  # the texts differ, the stub's ids do not
     with StubServer([("ok", next(texts)) for _ in range(12)]) as stub:
         settings = grpo.GRPOSettings(
@@ -70,3 +73,30 @@ def test_vllm_generation_trains_on_the_servers_ids(tmp_path: Path,
     # the texts' encodings ("a", "bb", ...) it would not.
     assert row.rewards == [2.0, 3.0, 4.0, 1.0] and row.grad_norm is not None
     assert row.grad_norm < 1e-6
+
+
+def test_server_ids_that_are_not_this_tokenizers_tokens_are_not_trained_on() -> None:
+    """Garbage ids from a server (negative, out of the vocabulary, too many) are ignored and
+    the completion is rebuilt from its text (masked unless its count agrees)."""
+    from types import SimpleNamespace
+
+    class Tok:
+        eos_token_id = 2
+
+        def __len__(self) -> int:
+            return 100
+
+        def __call__(self, text: str, add_special_tokens: bool = False) -> dict[str, Any]:
+            return {"input_ids": [5] * len(text)}
+
+    def c(ids: Any, text: str = "ab", n: int = 2) -> Any:
+        return SimpleNamespace(token_ids=ids, text=text, finish_reason="stop",
+                               usage={"completion_tokens": n})  # fmt: skip
+
+    tok, eot = Tok(), 3
+    assert grpo._completion_ids(c([10, 11]), tok, eot, 8) == ([10, 11, 3], True)
+    for bad in ([-7, 10], [10, 10**12], [10] * 20, [1.5, 2]):
+        ids, ok = grpo._completion_ids(c(bad), tok, eot, 8)
+        assert ids == [5, 5, 3] and ok  # rebuilt from the text, whose count agrees
+    ids, ok = grpo._completion_ids(c([-1], n=7), tok, eot, 8)
+    assert not ok  # rebuilt, and the server's count disagrees: masked

@@ -276,6 +276,9 @@ class _Slot:
     actor: Any
     pid: int
     running: dict[Any, str] = field(default_factory=dict)  # ObjectRef -> question id
+    # Refs of streams that stopped reading them (closed early, cancelled while another stream
+    # shares the actors): still running on the actor, so they keep their place until done.
+    orphans: set[Any] = field(default_factory=set)
     dead: bool = False  # lost: takes no new rollouts; dropped once its running ones are back
 
 
@@ -307,6 +310,7 @@ class RayExecutor:
         self._slots: list[_Slot] = []
         self._lock = threading.Lock()
         self._starting = threading.Lock()
+        self._streams = 0  # streams running now (several threads may share this executor)
         self._owns = False
         # Made by make_executor for a config: shared by every Runtime of this process with
         # that config, so Runtime.close() leaves it running; closed at exit.
@@ -426,17 +430,25 @@ class RayExecutor:
                                       f"actors ({type(e).__name__}: {e})") from None  # fmt: skip
         queue, tries = deque(range(len(rollouts))), [0] * len(rollouts)
         mine: dict[Any, tuple[_Slot, int]] = {}  # this stream's refs in flight
-        remove_hook = runtime.on_cancel(self.cancel)
+        # On cancel(), from any thread: kill the actors at once if this stream is alone on
+        # them; else the loop below drops only its own rollouts at its next turn (<= POLL_S).
+        remove_hook = runtime.on_cancel(self._on_cancel)
+        with self._lock:
+            self._streams += 1
         finished = False
         try:
             while queue or mine:
                 if runtime.cancelled:  # cancel() from elsewhere: the rest end as killed
-                    for i in [*self._forget(mine), *queue]:
+                    flying = [i for _, i in mine.values()]
+                    self._orphan(mine)
+                    for i in [*flying, *queue]:
                         yield i, _stopped(rollouts[i], h, "killed", "cancelled")
                     queue.clear()
                     break
                 self._submit(queue, mine, spec, source, rollouts, box)
-                if not mine:  # every slot is busy with other streams' rollouts
+                if not mine:  # every slot is busy with other streams' rollouts, or gone
+                    if self._live() < self.actors:
+                        self._start_actors(spec)  # killed by another stream's cancel
                     time.sleep(POLL_S / 10)
                     continue
                 ready, _ = ray.wait(list(mine), num_returns=1, timeout=POLL_S)
@@ -475,41 +487,67 @@ class RayExecutor:
                     yield i, traj
                 with self._lock:
                     self._slots = [s for s in self._slots if not (s.dead and not s.running)]
+                    for s in self._slots:
+                        if s.dead:
+                            s.orphans.clear()  # died with their actor
                 if lost and not runtime.cancelled:
                     self._start_actors(spec)  # replacements for the lost ones
             finished = True
         except (KeyboardInterrupt, SystemExit):
-            self.cancel()
+            self._stop_stream(mine)
             runtime.cancel()
             raise
         finally:
             remove_hook()
+            with self._lock:
+                self._streams -= 1
             if not finished:  # a closed stream: stop what runs for nobody (only its own)
-                for ref in list(mine):
-                    try:
-                        ray.cancel(ref)  # a running one finishes on its actor, unread
-                    except Exception:  # noqa: BLE001, S110 - already done
-                        pass
-                self._forget(mine)
+                self._orphan(mine)
 
-    def _forget(self, mine: dict[Any, tuple[_Slot, int]]) -> list[int]:
-        """Drop a stream's refs from the slots; the rollout indexes they were."""
+    def _cancel_if_alone(self) -> bool:
+        """Kill the actors if at most one stream runs on them (a running rollout cannot be
+        cancelled on its actor; killing the actor kills its jail at once; the next stream
+        starts new actors). With other streams on them, leave them: the stopping stream
+        cancels its own refs only (the running ones finish unread and keep their places until
+        then), so the other streams lose nothing. Takes only this executor's lock."""
         with self._lock:
-            for ref, (slot, _) in mine.items():
-                slot.running.pop(ref, None)
-        out = [i for _, i in mine.values()]
+            alone = self._streams <= 1
+        if alone:
+            self.cancel()
+        return alone
+
+    def _on_cancel(self) -> None:
+        self._cancel_if_alone()
+
+    def _stop_stream(self, mine: dict[Any, tuple[_Slot, int]]) -> None:
+        """Stop one stream's rollouts now, from its own thread (Ctrl-C in it)."""
+        if not self._cancel_if_alone():
+            self._orphan(mine)
+
+    def _orphan(self, mine: dict[Any, tuple[_Slot, int]]) -> None:
+        for ref, (slot, _) in list(mine.items()):
+            try:
+                ray.cancel(ref)  # a queued one is dropped; a running one finishes unread
+            except Exception:  # noqa: BLE001, S110 - already done
+                pass
+            with self._lock:
+                if slot.running.pop(ref, None) is not None:
+                    slot.orphans.add(ref)
         mine.clear()
-        return out
+
+    def _live(self) -> int:
+        with self._lock:
+            return sum(not s.dead for s in self._slots)
 
     def _drop_idle_dead(self) -> None:
         """Ping every actor; the ones that do not answer (died while no rollout ran on them)
         are dropped now, before any rollout is sent to them."""
         with self._lock:
-            slots = [s for s in self._slots if not s.dead]
-        if not slots:
+            slots = [s for s in self._slots if not s.dead and not s.running and not s.orphans]
+        if not slots:  # busy actors are not pinged (a ping would wait behind their rollouts)
             return
         pings = {s.actor.pid.remote(): s for s in slots}
-        ready, _ = ray.wait(list(pings), num_returns=len(pings), timeout=5.0)
+        ready, _ = ray.wait(list(pings), num_returns=len(pings), timeout=2.0)
         for ref, s in pings.items():
             if ref not in ready:
                 continue  # busy or slow: it keeps its slot
@@ -525,7 +563,10 @@ class RayExecutor:
                 box: list[Any] | None) -> None:  # fmt: skip
         with self._lock:
             for s in self._slots:
-                while queue and not s.dead and len(s.running) < self.per_actor:
+                if s.orphans:  # finished orphans free their places
+                    done, _ = ray.wait(list(s.orphans), num_returns=len(s.orphans), timeout=0)
+                    s.orphans.difference_update(done)
+                while queue and not s.dead and len(s.running) + len(s.orphans) < self.per_actor:
                     i = queue.popleft()
                     r = rollouts[i]
                     ref = s.actor.run.remote(spec, source, r.prompt, r.question_id, box)

@@ -89,8 +89,8 @@ def server_kind(server: str | None = None) -> str:
     if not _warned_python:
         _warned_python = True
         print(
-            f"whale: no native llama-server at {native.candidates()[0]}: embedded models decode "
-            "one request at a time (build it with `make llama-server`)",
+            f"whale: {native.missing()}: embedded models decode one request at a time (build "
+            "it with `make llama-server`)",
             file=sys.stderr,
             flush=True,
         )
@@ -207,8 +207,8 @@ class EmbeddedLlama:
             exe = native.binary()
             if exe is None:
                 raise ModelError(
-                    f"WHALE_EMBEDDED_SERVER=native but no llama-server at "
-                    f"{native.candidates()[0]} (build it with `make llama-server`)"
+                    f"WHALE_EMBEDDED_SERVER=native but {native.missing()} (build it with "
+                    "`make llama-server`)"
                 )
             return native.command(
                 exe, self.gguf, port=port, alias=self.alias, n_ctx=self.n_ctx,
@@ -243,11 +243,28 @@ class EmbeddedLlama:
         try:
             if self._closed:
                 raise self._refuse()
+            proc = self._proc
             try:
                 return client.chat(messages, sampling, timeout)
             except ModelError as e:
                 if type(e) is ModelError and _NATIVE_OVERFLOW in str(e):
                     raise ContextOverflow(f"{self.alias}: prompt does not fit ({e})") from None
+                if proc is not None and proc.poll() is not None and not self._closed:
+                    # The server died under the call (OOM, a crash): say so, with its log,
+                    # and drop it so that the next call starts a new one (only this server:
+                    # another thread may have started its successor already).
+                    with self._lock:
+                        if self._proc is proc:
+                            self.close(final=False)
+                    tail = ""
+                    if self.log_path is not None:
+                        try:
+                            tail = self.log_path.read_text(errors="replace")[-1500:]
+                        except OSError:
+                            pass
+                    raise ModelError(f"llama.cpp server exited ({proc.returncode}) during the "
+                                     f"call; the next call starts a new one. Log "
+                                     f"{self.log_path}:\n{tail}") from None  # fmt: skip
                 raise
         finally:
             turns.release()

@@ -48,17 +48,29 @@ def binary() -> Path | None:
     return None
 
 
+def missing() -> str:
+    """Why no binary is found, for messages: the first candidate and what is wrong with it."""
+    p = candidates()[0]
+    if p.is_file():
+        return f"{p} is not executable"
+    return f"no llama-server at {p}"
+
+
 def available() -> bool:
     return binary() is not None
 
 
 def is_native_cmd(cmd: list[str]) -> bool:
     """True for a command line that runs a llama-server binary (`llama-server` or
-    `llama-server-VERSION`, by the file name of `cmd[0]`) on a model."""
-    if not cmd:
+    `llama-server-VERSION`, by the file name of `cmd[0]`, or the binary `binary()` finds now,
+    whatever its name) on a model."""
+    if not cmd or "--model" not in cmd:
         return False
     name = os.path.basename(cmd[0])
-    return (name == "llama-server" or name.startswith("llama-server-")) and "--model" in cmd
+    if name == "llama-server" or name.startswith("llama-server-"):
+        return True
+    exe = binary()  # a binary of another name, given by WHALE_LLAMA_SERVER
+    return exe is not None and cmd[0] == str(exe)
 
 
 def command(

@@ -207,8 +207,9 @@ class VLLMServing:
             if adapter is not None:
                 adapter = Path(adapter).resolve()
                 name = f"whale-{adapter_digest(adapter)}"
-                if name != self._loaded:
-                    self._post("load_lora_adapter", {"lora_name": name, "lora_path": str(adapter)})
+                # Always asked: a server restarted since the last serve() has forgotten its
+                # adapters ("already loaded" is a no-op answer, see _post).
+                self._post("load_lora_adapter", {"lora_name": name, "lora_path": str(adapter)})
             previous, self._model = self._model, None
             if previous is not None:
                 previous.close()

@@ -26,13 +26,16 @@ encoding, plus the end-of-turn id when the model stopped. Where the server's
 accepted on a stop) the rebuild is not what was sampled: the completion keeps its reward (the
 group baseline) but is masked out of the loss and counted in `token_mismatches`. So the loss
 is exact only where they agree, and only as far as the GGUF (quantized base, f16 adapter)
-samples like the fp32 policy. Ids a backend returns (vLLM) are used as they are. Logprobs:
+samples like the fp32 policy. Ids a backend returns (vLLM) are used as they are when each
+is a token of the trainer's tokenizer (else the text is rebuilt as above), and a completion
+whose prompt the backend tokenized otherwise than the local chat template is masked out. Logprobs:
 `None` (TRL 1.16 reads them only for vLLM importance sampling and off-policy masking, off).
 "vllm": the same rollouts on a running vLLM server (`vllm_url`, started with `--enable-lora
 --max-lora-rank R` >= the LoRA rank and `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`, serving the
 same base checkpoint, on this machine or a shared disk): each update's adapter is loaded at
-run time (`VLLMServing`, the previous one unloaded), and the prompt and completion ids trained
-on are the ones vLLM returns (`return_token_ids`), so no rebuild and no mismatch. Not TRL's
+run time (`VLLMServing`, the previous one unloaded), and the completion ids trained on are the
+ones vLLM returns (`return_token_ids`), so no rebuild; its prompt ids are checked against the
+local template (a disagreement is a mismatch). Not TRL's
 `use_vllm=True, vllm_mode="server"`: that syncs the full weights over NCCL, and TRL 1.16's
 `VLLMClient.init_communicator` raises NotImplementedError on a non-CUDA device (and needs
 vllm importable in the trainer's venv); loading the adapter is what a LoRA run needs anyway.
@@ -219,11 +222,16 @@ def _check_run(out: Path, run: dict[str, Any]) -> None:
 
 
 # -- embedded rollouts -------------------------------------------------------------------------
-def _completion_ids(c: Any, tokenizer: Any, eot: int) -> tuple[list[int], bool]:
+def _completion_ids(c: Any, tokenizer: Any, eot: int,
+                    limit: int | None = None) -> tuple[list[int], bool]:  # fmt: skip
     """The ids to train on for one served completion, and whether they are what was sampled:
-    the backend's own ids, or ids rebuilt from the text and checked against its count."""
+    the backend's own ids, or ids rebuilt from the text and checked against its count. A
+    server's ids are used only if each is a token of this tokenizer and there are at most
+    `limit` (+1 end of turn) of them; else they are ignored and the text is rebuilt (a
+    server that sends garbage ids must not put them, or an out-of-vocabulary index, into
+    the loss)."""
     stop = c.finish_reason == "stop"
-    if c.token_ids is not None:  # the sampled ids themselves (vLLM)
+    if c.token_ids is not None and _ids_ok(c.token_ids, len(tokenizer), limit):
         ids = list(c.token_ids)
         if stop and (not ids or ids[-1] not in (eot, tokenizer.eos_token_id)):
             ids.append(eot)
@@ -234,6 +242,11 @@ def _completion_ids(c: Any, tokenizer: Any, eot: int) -> tuple[list[int], bool]:
         return [*ids, eot], counted in (len(ids), len(ids) + 1)
     ok = c.finish_reason == "length" and counted == len(ids) and bool(ids)
     return (ids or [eot]), ok  # an empty completion cannot be trained on: one masked token
+
+
+def _ids_ok(ids: Any, vocab: int, limit: int | None) -> bool:
+    return (isinstance(ids, list) and (limit is None or len(ids) <= limit + 1)
+            and all(type(i) is int and 0 <= i < vocab for i in ids))  # fmt: skip
 
 
 def _make_rollout(
@@ -263,15 +276,20 @@ def _make_rollout(
         with ThreadPoolExecutor(settings.concurrency) as pool:
             completions = list(pool.map(one, range(len(prompts))))
         rendered: dict[str, list[int]] = {}  # the G copies of a prompt are rendered once
-        for p, c in zip(prompts, completions, strict=True):
-            if (key := json.dumps(p)) not in rendered and c.prompt_token_ids is None:
+        for p in prompts:
+            if (key := json.dumps(p)) not in rendered:
                 rendered[key] = template_ids(tokenizer, p)
-        ids, ok = zip(*(_completion_ids(c, tokenizer, eot) for c in completions), strict=True)
+        pairs = [_completion_ids(c, tokenizer, eot, settings.max_completion) for c in completions]
+        # A prompt the server tokenized otherwise than the local template (another tokenizer
+        # or chat template) conditioned its completion on other ids: trained, it would not be
+        # what was sampled, so it is masked out like any mismatch.
+        ok = tuple(k and c.prompt_token_ids in (None, rendered[json.dumps(p)])
+                   for (_, k), c, p in zip(pairs, completions, prompts, strict=True))  # fmt: skip
+        ids = tuple(x for x, _ in pairs)
         clock.mismatches += ok.count(False)
         return {
-            # the prompt as the server tokenized it (vLLM), else the local chat template's
-            "prompt_ids": [c.prompt_token_ids or rendered[json.dumps(p)]
-                           for p, c in zip(prompts, completions, strict=True)],  # fmt: skip
+            # the local chat template's ids (the server's, where it sent them, are the same)
+            "prompt_ids": [rendered[json.dumps(p)] for p in prompts],
             "completion_ids": list(ids),
             "logprobs": None,
             "env_mask": [[int(k)] * len(x) for x, k in zip(ids, ok, strict=True)],  # 1: trained
