@@ -32,6 +32,7 @@ from whale.harness.executor import ExecutorUnavailable
 from whale.models import ModelError, UnknownModel, build_model
 from whale.records import RecordError
 from whale.search.loop import SearchStopped
+from whale.train.launch import LaunchError
 
 
 def guarded(call: Callable[[], dict[str, Any]], run_dir: Path, kind: str) -> dict[str, Any]:
@@ -41,7 +42,7 @@ def guarded(call: Callable[[], dict[str, Any]], run_dir: Path, kind: str) -> dic
     restore = interrupts.install()
     try:
         return call()
-    except (RecordError, ModelError, ExecutorUnavailable) as e:
+    except (RecordError, ModelError, ExecutorUnavailable, LaunchError) as e:
         fail(str(e))
         raise  # fail() exits; for the type checker
     except SearchStopped as e:

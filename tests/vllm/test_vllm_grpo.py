@@ -33,9 +33,10 @@ def test_one_update_trains_on_the_ids_vllm_sampled(vllm_server: VLLMServer, vllm
     batches: list[dict[str, Any]] = []  # what the rollout handed to TRL
     real_ids, real_rollout = grpo._completion_ids, grpo._make_rollout
 
-    def spy_ids(c: Any, tokenizer: Any, eot: int) -> tuple[list[int], bool]:
+    def spy_ids(c: Any, tokenizer: Any, eot: int, limit: int | None = None
+                ) -> tuple[list[int], bool]:  # fmt: skip
         served.append(c)
-        return real_ids(c, tokenizer, eot)
+        return real_ids(c, tokenizer, eot, limit)
 
     def spy_rollout(*a: Any, **kw: Any) -> Any:
         rollout = real_rollout(*a, **kw)
