@@ -35,8 +35,9 @@ $(VENV)/.installed: pyproject.toml Makefile
 llama-server: $(LLAMA_SERVER)
 
 $(LLAMA_SERVER):
+	[ -x $(PY) ] || $(PYTHON) -m venv $(VENV)
 	ls $(WHEELS)/llama_cpp_python-$(LLAMA_VERSION).tar.gz >/dev/null 2>&1 || \
-		$(PYTHON) -m pip download -q --no-deps --no-binary :all: \
+		$(PY) -m pip download -q --no-deps --no-binary :all: \
 			llama-cpp-python==$(LLAMA_VERSION) -d $(WHEELS)
 	set -e; \
 	CMAKE=$$(command -v cmake || true); \
