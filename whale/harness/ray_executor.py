@@ -13,7 +13,10 @@ rollouts; each is run once more on a replacement actor and its trajectory says `
 lost a second time, it is a `crashed` trajectory, "ray worker lost twice ...". A rollout's
 model calls made before a loss were paid and are paid again by the retry. `Runtime.cancel()`
 (and Ctrl-C in `evaluate`) cancels the in-flight tasks and kills the actors at once (their
-jailed workers die with them: the jails' parent-death signal).
+jailed workers die with them: the jails' parent-death signal) when no other stream is using
+them; when other streams are (Runtimes of one config share one executor), only the cancelled
+stream's rollouts stop: queued ones are dropped, running ones finish unread on their actors
+and keep their places until then.
 
 The model: an OpenAI-compatible backend is handed over as its URL (and API key, sent
 through Ray to the actors); an embedded llama.cpp model is started on the driver and handed
@@ -413,7 +416,8 @@ class RayExecutor:
         """See `Executor.stream`. `workers` is not used: `actors` x `per_actor` bound the
         rollouts in flight, shared by every stream of this executor (several threads may
         stream at once: each waits only on its own rollouts). Closing a stream early cancels
-        its own rollouts; an interrupt kills the actors (started again by the next stream)."""
+        its own rollouts; a cancel or an interrupt kills the actors when no other stream uses them
+        (started again by the next stream), else stops only this stream's rollouts."""
         h = harness_hash(source)
         if runtime.cancelled:
             for i, r in enumerate(rollouts):
