@@ -11,7 +11,10 @@ from typer.testing import CliRunner
 from whale import config as cfgmod
 from whale.cli import app, load_config
 from whale.evaluate import EvalConfig
+from whale.cotrain import CotrainConfig
 from whale.revise.run import AdaptConfig
+from whale.search.run import SearchConfig
+from whale.train.proposer.run import ProposerTrainConfig
 
 runner = CliRunner()
 STUB = "stub@http://127.0.0.1:9"  # never called: every case here stops before any model call
@@ -125,6 +128,13 @@ def test_an_integer_too_long_for_python_is_a_config_error():
         (AdaptConfig, "propose.grammar=maybe", "propose.grammar: 'maybe' is not one of"),
         (AdaptConfig, "select=greedy", "select: 'greedy' is not one of"),
         (AdaptConfig, "proposer.retries=-1", "proposer.retries: must be at least 0"),
+        # issue 20: a temperature no server may get is refused on load, not at the first call
+        (AdaptConfig, "propose.temperature=30.0", "propose.temperature: must be at most 2"),
+        (SearchConfig, "agent.temperature=30.0", "agent.temperature: must be at most 2"),
+        (CotrainConfig, "agent.temperature=3.0", "agent.temperature: must be at most 2"),
+        (CotrainConfig, "rsft.temperature=30.0", "rsft.temperature: must be at most 2"),
+        (ProposerTrainConfig, "propose.temperature=2.5", "propose.temperature: must be at most"),
+        (ProposerTrainConfig, "grpo.temperature=30.0", "temperature in (0, 2.0]"),
     ],
 )
 def test_out_of_range_values_are_refused_naming_the_field(cls, override, named):

@@ -275,7 +275,8 @@ def test_an_unevaluated_integral_of_the_integrand_is_refused(family, answer, san
 
 
 @pytest.mark.parametrize("answer", ["9**9**9**9", "N(pi, 10**8)", "2**(10**6)", "x**1000",
-                                    "S(10)**10", "2^3^4", "1e99999", "x**(2**40)"])
+                                    "S(10)**10", "2^3^4", "1e99999", "x**(2**40)",
+                                    "((x+1)**99+1)**99", "exp(exp(exp(9)))"])
 def test_answers_that_make_sympy_compute_for_minutes_are_refused_by_the_screen(answer):
     assert not rg.plain_expression(answer)
 
@@ -412,9 +413,9 @@ def test_correct_answers_still_score_one_through_the_jail(family, sandbox):
 def test_hanging_answer_times_out_and_the_eval_goes_on(monkeypatch):
     monkeypatch.setattr(grading, "LIMITS", grading.GradingLimits(timeout_s=1.0))
     kind = "nsjail" if _AVAILABLE["nsjail"] else "bwrap"
-    # passes the screen (no tower, exponents <= 100), yet differentiating and simplifying it
-    # takes sympy minutes: what the jail's timeout is for
-    hang = "((x+1)**99+1)**99"
+    # passes the screen (496 terms at most, exponents <= 100), yet simplifying its derivative
+    # (trigonometric powers) takes sympy minutes: what the jail's timeout is for
+    hang = "(sin(x)+cos(x)+tan(x))**30"
     assert rg.plain_expression(hang)
     task = load_task("rg:simple_integration", size=3, seed=0)
     qs = task.questions()
@@ -555,9 +556,9 @@ HOSTILE = [
 ]  # fmt: skip
 
 
-def test_audited_scorers_are_fast_on_hostile_answers(tmp_path):
+def test_audited_scorers_do_not_stall_on_hostile_answers(tmp_path):
     # Every in-process scorer on answers up to IN_PROCESS_MAX_CHARS: none may stall the
-    # evaluator (each under a second here). Run in a child so a hang fails, not blocks.
+    # evaluator. Run in a child so a hang fails, not blocks.
     assert all(len(a) <= rg.IN_PROCESS_MAX_CHARS for a in HOSTILE)
     script = tmp_path / "fuzz.py"
     script.write_text(textwrap.dedent(f"""
@@ -581,7 +582,9 @@ def test_audited_scorers_are_fast_on_hostile_answers(tmp_path):
                          timeout=180, cwd=ROOT)  # fmt: skip
     assert run.returncode == 0, run.stderr[-2000:]
     worst = json.loads(run.stdout.rsplit("WORST", 1)[1])
-    assert worst[0] < 1.0, f"slowest in-process grade: {worst}"
+    # A stall guard, not a speed figure (issue 20: no CPU-dependent bounds in tests): ten
+    # times the bound it replaced; a scorer that stalls on a hostile answer takes minutes.
+    assert worst[0] < 10.0, f"slowest in-process grade: {worst}"
 
 
 @pytest.mark.parametrize("family", EVAL_FAMILIES)

@@ -18,6 +18,7 @@ from whale import config as cfgmod
 from whale import interrupts
 from whale.evaluate import EvalConfig
 from whale.harness import Trajectory, load_harness, make_runtime, seed_names
+from whale.harness.executor import ExecutorUnavailable
 from whale.models import CATALOG, ModelConfig, ModelError, UnknownModel, build_model, close_model
 from whale.records import RecordError
 from whale.revise.loop import summary_markdown
@@ -35,6 +36,18 @@ def fail(message: str) -> None:
     from rich.markup import escape  # a message may hold brackets: "known: ['passages']"
 
     err.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)  # paths stay whole
+    raise typer.Exit(2)
+
+
+def executor_lost(e: Exception, again: str) -> None:
+    """Exit 2 for an executor that became unavailable after the run started (a Ray cluster
+    without room for a replacement actor, ...): what finished is in the run's records, and
+    `again` (the resume command) continues once the executor is fixed."""
+    from rich.markup import escape
+
+    err.print(f"[red]error:[/red] executor unavailable: {escape(str(e))}; the rollouts that "
+              f"finished are recorded: `{escape(again)}` continues once it is fixed",
+              soft_wrap=True)  # fmt: skip
     raise typer.Exit(2)
 
 
@@ -319,7 +332,6 @@ def eval_cmd(
     (run_dir / "harness.py").write_text(source)
 
     from whale.evaluate import JsonlWriter, evaluate, outcome_record
-    from whale.harness.executor import ExecutorUnavailable
 
     outcomes_f = JsonlWriter(run_dir / "outcomes.jsonl")
     traj_f = JsonlWriter(run_dir / "trajectories.jsonl")
@@ -579,6 +591,8 @@ def adapt_cmd(
         result, meta = run_adapt(cfg, run_dir, task_obj, source, solver_model, proposer_model, say)
     except (RecordError, ResumeMismatch, EvalAlreadyRead) as e:  # before any rollout is paid
         fail(str(e))
+    except ExecutorUnavailable as e:  # after some were: they are in the ledger
+        executor_lost(e, f"whale adapt --resume {run_dir}")
     except KeyboardInterrupt:
         kept = interrupts.recorded(run_dir / "outcomes.jsonl")
         interrupts.stopped(f"{kept} rollouts recorded; `whale adapt --resume {run_dir}` continues")

@@ -19,6 +19,7 @@ from whale.cli import (
     _nest,
     app,
     err,
+    executor_lost,
     fail,
     hold_run_dir,
     load_config,
@@ -26,6 +27,7 @@ from whale.cli import (
     new_run_dir,
     out,
 )
+from whale.harness.executor import ExecutorUnavailable
 from whale.models import ModelError
 from whale.records import RecordError
 from whale.tasks import EvalAlreadyRead
@@ -78,6 +80,8 @@ def _go(stage: str, run: Path | None, cfg: Any, as_json: bool) -> None:
         result = fn(cfg, run, say)
     except (RecordError, ModelError, ValueError, EvalAlreadyRead, OSError) as e:
         fail(str(e))
+    except ExecutorUnavailable as e:
+        executor_lost(e, f"whale train-proposer {stage} --run {run}")
     except KeyboardInterrupt:
         interrupts.stopped(f"`whale train-proposer {stage} --run {run}` continues")
     finally:

@@ -14,6 +14,7 @@ from whale.cli import (
     app,
     check_out,
     err,
+    executor_lost,
     fail,
     hold_run_dir,
     load_config,
@@ -23,6 +24,7 @@ from whale.cli import (
     resolve_operator,
 )
 from whale.evaluate import EvalConfig
+from whale.harness.executor import ExecutorUnavailable
 from whale.records import RecordError
 from whale.search.loop import SearchStopped
 from whale.search.run import SearchConfig, run_search, search_splits
@@ -102,6 +104,8 @@ def search_cmd(
         _, meta = run_search(cfg, run_dir, task_obj, source, solver_model, proposer_model, say)
     except (RecordError, EvalAlreadyRead) as e:
         fail(str(e))
+    except ExecutorUnavailable as e:  # what was paid is in the ledger and the archive
+        executor_lost(e, f"whale search --resume {run_dir}")
     except SearchStopped as e:  # what was paid is kept
         err.print(f"[red]stopped:[/red] {escape(str(e))}; `whale search --resume {run_dir}` "
                   "continues once it is fixed", soft_wrap=True)  # fmt: skip

@@ -18,6 +18,7 @@ from whale.cli import (
     app,
     check_out,
     err,
+    executor_lost,
     fail,
     hold_run_dir,
     load_config,
@@ -42,9 +43,12 @@ def guarded(call: Callable[[], dict[str, Any]], run_dir: Path, kind: str) -> dic
     restore = interrupts.install()
     try:
         return call()
-    except (RecordError, ModelError, ExecutorUnavailable, LaunchError) as e:
+    except (RecordError, ModelError, LaunchError) as e:
         fail(str(e))
         raise  # fail() exits; for the type checker
+    except ExecutorUnavailable as e:
+        executor_lost(e, f"whale {kind} --resume {run_dir}")
+        raise  # executor_lost() exits; for the type checker
     except SearchStopped as e:
         err.print(f"[red]stopped:[/red] {escape(str(e))}; `whale {kind} --resume {run_dir}` "
                   "continues once it is fixed", soft_wrap=True)  # fmt: skip

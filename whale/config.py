@@ -234,6 +234,14 @@ def at_least(obj: Any, minimum: float, *names: str) -> None:
             raise ValueError(f"{name}: must be at least {minimum} (got {value!r})")
 
 
+def at_most(obj: Any, maximum: float, *names: str) -> None:
+    """ValueError naming the first of `names` whose value (if not None) is above `maximum`."""
+    for name in names:
+        value = getattr(obj, name)
+        if value is not None and value > maximum:
+            raise ValueError(f"{name}: must be at most {maximum} (got {value!r})")
+
+
 def above(obj: Any, minimum: float, *names: str) -> None:
     """ValueError naming the first of `names` whose value (if not None) is not > `minimum`."""
     for name in names:

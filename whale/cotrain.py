@@ -102,6 +102,8 @@ class CotrainConfig:
             raise cfgmod.ConfigError(f"patience must be [J_MIN, P_H], got {self.patience}")
         with part("rsft"):
             self.rsft.validate()
+        with part("agent"):
+            self.agent.validate()
 
     def settings(self, kind: str) -> ScheduleSettings:
         return ScheduleSettings(kind, self.rollouts, self.weight_epochs, self.harness_iters,

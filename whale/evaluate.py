@@ -9,6 +9,8 @@ score; `rho_run` is the fraction of runs that finished (status ok). `summary()` 
 
 from __future__ import annotations
 
+import queue
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -174,7 +176,8 @@ def evaluate(
     """Run `source` on each question, `workers` at a time; `on_done` is called as each ends
     (from the calling thread, in completion order, once per question) so that callers can
     persist as they go. The runs go through `runtime.executor` (whale.harness.executor; None:
-    a `LocalPool` of `workers` threads); whatever runs them, grading is done here.
+    a `LocalPool` of `workers` threads); whatever runs them, grading is done here, on up to
+    `workers` threads (a dataset's jailed grades run in parallel, `whale.grading`).
 
     Stopping: on KeyboardInterrupt (Ctrl-C) or SystemExit (the CLI's SIGTERM) in the calling
     thread, no further run starts, `runtime.cancel()` kills the runs in flight, and the
@@ -189,23 +192,102 @@ def evaluate(
     executor = runtime.executor or LocalPool()
     rollouts = [Rollout(q.id, q.prompt) for q in questions]
     runs = executor.stream(runtime, source, rollouts, workers, retriever)
+    # Grading runs on `workers` threads of its own: a jailed grade can take up to its timeout
+    # (`whale.grading`), and one slow answer must not hold up the others' grades.
+    graders = _Graders(task, questions, max(1, min(workers, len(questions))))
+    seen: set[int] = set()
+
+    def record(item: tuple[int, Trajectory, Outcome | BaseException]) -> None:
+        i, traj, out = item
+        if isinstance(out, BaseException):
+            raise out
+        results[i] = (out, traj)
+        if on_done is not None:
+            on_done(out, traj)
+
     with closing(runs):
         try:
             for i, traj in runs:
-                if i in results:  # an executor's bug must not record a question twice
+                if i in seen:  # an executor's bug must not record a question twice
                     continue
-                out = outcome_of(task, questions[i], traj)
-                results[i] = (out, traj)
-                if on_done is not None:
-                    on_done(out, traj)
+                seen.add(i)
+                graders.submit(i, traj)
+                while (item := graders.next(block=False)) is not None:
+                    record(item)
+            while len(results) < len(seen):
+                item = graders.next(block=True)
+                assert item is not None
+                record(item)
         except (KeyboardInterrupt, SystemExit):
             runtime.cancel()  # before closing the stream: it then does not wait for the runs
             raise
+        except Exception:
+            # The executor failed (e.g. ExecutorUnavailable): the runs it already returned were
+            # paid for, so they are graded and recorded before the error goes up; a resume then
+            # does not pay for them again.
+            while len(results) < len(seen):
+                item = graders.next(block=True)
+                assert item is not None
+                if not isinstance(item[2], BaseException):
+                    record(item)
+                else:
+                    seen.discard(item[0])
+            raise
+        finally:
+            graders.stop()
     missing = [questions[i].id for i in range(len(questions)) if i not in results]
     if missing:
         raise RuntimeError(f"the executor returned no run for {missing[:3]} ({len(missing)})")
     ordered = [results[i] for i in range(len(questions))]
     return EvalResult([o for o, _ in ordered], [t for _, t in ordered], time.monotonic() - t0)
+
+
+class _Graders:
+    """Daemon threads that grade finished runs (`outcome_of`), so that a dataset's jailed
+    grades run in parallel. Daemons, not a ThreadPoolExecutor: its threads are joined at
+    exit, and an interrupted command would wait there for a jailed grade to time out."""
+
+    def __init__(self, task: Task, questions: Sequence[Question], n: int) -> None:
+        self.task, self.questions = task, questions
+        self.todo: queue.SimpleQueue[tuple[int, Trajectory] | None] = queue.SimpleQueue()
+        self.done: queue.SimpleQueue[tuple[int, Trajectory, Outcome | BaseException]] = (
+            queue.SimpleQueue()
+        )
+        self.threads = [threading.Thread(target=self._loop, daemon=True, name="whale-grade")
+                        for _ in range(n)]  # fmt: skip
+        for t in self.threads:
+            t.start()
+
+    def _loop(self) -> None:
+        while (item := self.todo.get()) is not None:
+            i, traj = item
+            try:
+                self.done.put((i, traj, outcome_of(self.task, self.questions[i], traj)))
+            except BaseException as e:  # noqa: BLE001 - handed to the calling thread, raised there
+                self.done.put((i, traj, e))
+
+    def submit(self, i: int, traj: Trajectory) -> None:
+        self.todo.put((i, traj))
+
+    def next(self, block: bool) -> tuple[int, Trajectory, Outcome | BaseException] | None:
+        """A finished grade; None when none is ready (block=False). Blocking waits in short
+        steps, so that Ctrl-C reaches the calling thread at once."""
+        while True:
+            try:
+                return self.done.get(timeout=0.2) if block else self.done.get_nowait()
+            except queue.Empty:
+                if not block:
+                    return None
+
+    def stop(self) -> None:
+        """No new grade starts; a grade in progress ends on its own (its thread is a daemon)."""
+        while True:
+            try:
+                self.todo.get_nowait()
+            except queue.Empty:
+                break
+        for _ in self.threads:
+            self.todo.put(None)
 
 
 # The record files live in whale.records; re-exported here, where callers have found them.

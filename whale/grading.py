@@ -7,27 +7,31 @@ this process:
 
 1. screen: answers of the families whose scorer evaluates them (`rg.SCREENS`) must pass a pure
    string check first, or score 0 with feedback `REJECTED` and are not sent anywhere;
-2. jail: the answer is scored by a jailed grader process (`whale.harness.sandbox`, the same
-   kind as the run's: nsjail, bwrap, or `unsafe` where the user chose it), one per dataset
-   (family, size, seed, config), kept for this process's life (`close_all` at exit) and
-   started once: it imports reasoning_gym, builds the dataset, then forks one child per
-   answer. The child scores one answer and hands the zygote 9 bytes (a tag and a float); the
-   zygote kills a child past `GradingLimits.timeout_s` and answers with one fixed-format line
-   (`ok <float>`, `timeout`, `error`, `crash`). Only that float (clamped to [0, 1], NaN is 0)
-   and fixed feedback strings come back: never text the answer controls.
+2. jail: the answer is scored by a jailed grader process (`whale.grading_zygote`, in a jail
+   of `whale.harness.sandbox` of the run's kind: nsjail, bwrap, or `unsafe` where the user
+   chose it), one per dataset (family, size, seed, config), kept for this process's life
+   (`close_all` at exit) and started once: it imports reasoning_gym, builds the dataset,
+   then forks one child per answer, up to `GradingLimits.parallel` at once (the evaluator
+   grades a dataset's answers from up to its `workers` threads). The child scores one
+   answer and hands the zygote 9 bytes (a tag and a float); the zygote kills a child past
+   `GradingLimits.timeout_s` and answers with one fixed-format line per request id
+   (`<id> <n> ok <float>`, `timeout`, `error`, `crash`). Only that float (clamped to
+   [0, 1], NaN is 0) and fixed feedback strings come back: never text the answer controls.
 
 The jail mounts the venv's site-packages read-only (reasoning_gym and sympy must import);
 it has no network, a scratch tmpfs, rlimits, an unprivileged uid, and none of the parent's
 memory: the references of other questions, the eval split and the run directory are not
 there. The zygote is not dumpable (a child cannot ptrace it), has PR_SET_PDEATHSIG, and exits
 when its request pipe closes (its whale died). The parent also kills a zygote that does not
-answer within timeout + `REPLY_MARGIN_S`, and any zygote left in an unknown state (an
-interrupt mid-request), so a stale reply is never read as the next answer's score.
+answer within timeout + `REPLY_MARGIN_S` (every answer waiting on it is then a crash), and
+one interrupted in the middle of a request frame; replies are matched to requests by id, so
+a late reply is never read as another answer's score.
 
 Not covered: an answer that gets code past the screen (none is known) runs inside the jail
-and can forge its own score or the scores of later answers of the same zygote; the screen,
-not the jail, is what keeps scores honest. A child's own children are not killed one by one
-(the jail's process cap bounds them; they die with the zygote).
+and can forge its own score or the scores of later or concurrent answers of the same
+zygote; the screen, not the jail, is what keeps scores honest. A child's own children are
+not killed one by one (the jail's process cap bounds them; they die with the zygote). Where
+no memory cgroup is writable, each of the parallel children may use `memory_mb`.
 
 Audit of the other tasks (2026-12, grep for eval/exec/compile/sympy/sympify/parse_expr/
 literal_eval/pickle/__import__ in whale/tasks): math.py, mhqa.py, judged.py, qa_files.py and
@@ -41,6 +45,7 @@ from __future__ import annotations
 
 import atexit
 import inspect
+import itertools
 import math
 import os
 import pickle
@@ -55,6 +60,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+from whale.grading_zygote import zygote_main
 from whale.harness.budget import Limits
 from whale.harness.sandbox import Jailed, Sandbox, SandboxUnavailable, python_executable
 from whale.tasks.base import Grade, Question, Task
@@ -76,6 +82,9 @@ class GradingLimits:
     memory_mb: int = 2048  # RLIMIT_AS of the zygote and its children
     max_answer_chars: int = 1_000_000  # longer answers score 0 without being sent
     zygotes: int = 4  # jailed graders kept at once (least recently used closed first)
+    # answers of one dataset scored at once, one child each (the evaluator sends up to its
+    # workers); each child has its own RLIMIT_AS of memory_mb, a memory cgroup caps the sum
+    parallel: int = 8
 
 
 LIMITS = GradingLimits()
@@ -107,122 +116,7 @@ def grade(
     return _grader(spec.dataset_key, spec, sandbox, lim).grade(spec.entry, answer)
 
 
-# --- the jailed side -------------------------------------------------------------------------
-
-
-def _zygote_main() -> None:  # pragma: no cover - runs inside the jail, tested through it
-    """The jailed grader: argv = site folders..., dataset spec (JSON). Self-contained: its
-    source is sent with `python -I -S -c`, so it imports nothing of whale."""
-    import ctypes
-    import json
-    import os
-    import pickle
-    import resource
-    import select
-    import signal
-    import struct
-    import sys
-    import time
-
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: die with the jail's first process
-    libc.prctl(4, 0)  # PR_SET_DUMPABLE = 0: a child of ours cannot ptrace us
-    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[var] = "1"  # threads count against the jail's process cap
-    sys.path.extend(sys.argv[1:-1])
-    spec = json.loads(sys.argv[-1])
-
-    def read_exact(n: int) -> bytes:
-        buf = b""
-        while len(buf) < n:
-            chunk = os.read(0, n - len(buf))
-            if not chunk:
-                return b""
-            buf += chunk
-        return buf
-
-    try:
-        import reasoning_gym
-
-        config = dict(spec["config"])
-        if spec["family"] == "composite":
-            from reasoning_gym.composite import DatasetSpec
-
-            config["datasets"] = [DatasetSpec(**d) for d in config["datasets"]]
-        ds = reasoning_gym.create_dataset(
-            spec["family"], seed=spec["seed"], size=spec["size"], **config
-        )
-    except BaseException as e:
-        sys.stderr.write(f"grader start failed: {type(e).__name__}: {e}\n")
-        os.write(1, b"fail\n")
-        os._exit(1)
-    try:  # warm the scorer's lazy imports and caches once, on the dataset's own entry 0
-        first = ds[0]
-        ds.score_answer(str(first["answer"] if first["answer"] is not None else "0"), first)
-    except BaseException:
-        pass
-    import gc
-
-    gc.freeze()  # the children then copy fewer pages on write
-    os.write(1, b"ready\n")
-    while True:
-        head = read_exact(8)
-        if not head:
-            os._exit(0)  # the parent closed the pipe (or died)
-        body = read_exact(struct.unpack(">Q", head)[0])
-        if not body:
-            os._exit(0)
-        entry, answer, timeout = pickle.loads(body)
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            try:
-                os.close(r)
-                null = os.open("/dev/null", os.O_RDWR)
-                for fd in (0, 1, 2):
-                    os.dup2(null, fd)  # the child cannot write to the parent's pipes
-                os.closerange(3, w)
-                os.closerange(w + 1, 4096)
-                libc.prctl(1, signal.SIGKILL)
-                cpu = int(timeout) + 1
-                resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
-                try:
-                    msg = b"S" + struct.pack(">d", float(ds.score_answer(answer, entry)))
-                except BaseException:
-                    msg = b"E"
-                os.write(w, msg)
-            finally:
-                os._exit(0)
-        os.close(w)
-        deadline = time.monotonic() + timeout
-        got, timed_out = b"", False
-        while len(got) <= 9:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([r], [], [], left)[0]:
-                timed_out = True
-                break
-            chunk = os.read(r, 16)
-            if not chunk:
-                break
-            got += chunk
-        os.close(r)
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        os.waitpid(pid, 0)
-        if timed_out:
-            reply = b"timeout\n"
-        elif got == b"E":
-            reply = b"error\n"
-        elif len(got) == 9 and got[:1] == b"S":
-            reply = b"ok " + repr(struct.unpack(">d", got[1:])[0]).encode() + b"\n"
-        else:
-            reply = b"crash\n"
-        os.write(1, reply)
-
-
-_ZYGOTE_CODE = textwrap.dedent(inspect.getsource(_zygote_main)) + "\n_zygote_main()\n"
+_ZYGOTE_CODE = textwrap.dedent(inspect.getsource(zygote_main)) + "\nzygote_main()\n"
 
 
 def site_folders() -> list[str]:
@@ -250,22 +144,54 @@ class _Broken(Exception):
     """The zygote is gone or out of step: kill it; the next answer starts a fresh one."""
 
 
+class _Waiter:
+    """One answer sent to a zygote: its grade, set by the zygote's reader thread."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.grade = Grade(0.0, False, CRASHED)
+
+
 class _Zygote:
-    """One jailed grader for one dataset. Requests are serialized by `lock`."""
+    """One jailed grader for one dataset. Up to `GradingLimits.parallel` answers are in flight
+    at once (`slots`), each tagged with a request id; the zygote forks one child per answer
+    and replies as each ends, and a reader thread hands each reply to its waiter by id.
+    `lock` guards the state and the request pipe (one frame is written whole)."""
 
     def __init__(self, spec_json: str, sandbox: str, limits: GradingLimits) -> None:
         self.spec_json, self.sandbox, self.limits = spec_json, sandbox, limits
         self.lock = threading.Lock()
+        self.slots = threading.BoundedSemaphore(max(1, limits.parallel))
         self.jailed: Jailed | None = None
         self.failed: str | None = None  # a start failure, sticky after two tries
         self.starts = 0
-        self._err = bytearray()
+        self.pending: dict[int, _Waiter] = {}
+        self.peak = 0  # the most children the zygote said were scoring at once
+        self._ids = itertools.count(1)
 
     # -- life ------------------------------------------------------------------------------
     def _start(self) -> Jailed:
+        """Start the jail from a thread of its own, which then reads its replies: a jail dies
+        with the thread that started it (PR_SET_PDEATHSIG), and this one lives as long as the
+        jail does, whichever thread asked for a grade (a grading pool's threads come and go)."""
         if self.failed is not None and self.starts >= 2:
             raise _Broken(self.failed)
         self.starts += 1
+        started = threading.Event()
+        box: dict[str, Any] = {}
+        reader = threading.Thread(target=self._serve, args=(started, box), daemon=True,
+                                  name="whale-grader")  # fmt: skip
+        reader.start()
+        started.wait()
+        if "jailed" not in box:
+            self.failed = box.get("error", "grader did not start")
+            raise _Broken(self.failed)
+        self.failed = None
+        self.starts = 0
+        self.jailed = box["jailed"]
+        return self.jailed
+
+    def _spawn(self) -> Jailed:
         sites = site_folders()
         inside = [f"{_SITE_INSIDE}{i}" for i in range(len(sites))]
         lim = self.limits
@@ -274,52 +200,74 @@ class _Zygote:
             cpu_s=3600,  # the zygote's own life; each child has its own RLIMIT_CPU
             file_size_mb=16,
             open_files=64,
-            processes=8,
+            processes=max(1, lim.parallel) + 6,  # the zygote, its children, some slack
             scratch_mb=16,
         )
+        return Sandbox(self.sandbox).spawn(  # type: ignore[arg-type]
+            [python_executable(), "-I", "-S", "-c", _ZYGOTE_CODE, *inside, self.spec_json],
+            jail_limits,
+            ro_files=dict(zip(sites, inside, strict=True)),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+
+    def _serve(self, started: threading.Event, box: dict[str, Any]) -> None:
+        """The reader thread: start the jail, wait for "ready", then hand each reply line
+        (`<id> <children scoring> <verdict>`) to its waiter until the jail ends or says
+        something out of form; then the zygote is killed and every waiter still pending gets
+        CRASHED."""
         try:
-            jailed = Sandbox(self.sandbox).spawn(  # type: ignore[arg-type]
-                [python_executable(), "-I", "-S", "-c", _ZYGOTE_CODE, *inside, self.spec_json],
-                jail_limits,
-                ro_files=dict(zip(sites, inside, strict=True)),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-            )
+            jailed = self._spawn()
         except (SandboxUnavailable, OSError) as e:
-            self.failed = f"{type(e).__name__}: {e}"
-            raise _Broken(self.failed) from e
-        self._err = err = bytearray()
-        assert jailed.proc.stderr is not None
+            box["error"] = f"{type(e).__name__}: {e}"
+            started.set()
+            return
+        err = bytearray()
+        assert jailed.proc.stderr is not None and jailed.proc.stdin is not None
+        assert jailed.proc.stdout is not None
         drainer = threading.Thread(target=_drain, args=(jailed.proc.stderr, err), daemon=True)
         drainer.start()
-        assert jailed.proc.stdin is not None
         os.set_blocking(jailed.proc.stdin.fileno(), False)
-        self.jailed = jailed
+        lines = _Lines(jailed.proc.stdout.fileno())
         try:
-            line = self._readline(time.monotonic() + lim.start_timeout_s)
+            line = lines.next(time.monotonic() + self.limits.start_timeout_s)
         except _Broken:
             line = b""
         if line != b"ready":
-            self._kill()
+            _close_jail(jailed)
             drainer.join(timeout=2)  # the last words of a failed start
-            tail = bytes(self._err[-400:]).decode("utf-8", "replace").strip()
-            self.failed = f"grader did not start ({tail or 'no output'})"
-            raise _Broken(self.failed)
-        self.failed = None
-        self.starts = 0
-        return jailed
+            tail = bytes(err[-400:]).decode("utf-8", "replace").strip()
+            box["error"] = f"grader did not start ({tail or 'no output'})"
+            started.set()
+            _close_quietly(jailed.proc.stdout)
+            return
+        box["jailed"] = jailed
+        started.set()
+        try:
+            while True:
+                rid, n, verdict = _split_reply(lines.next(None))
+                with self.lock:
+                    waiter = self.pending.pop(rid, None)
+                    self.peak = max(self.peak, n)
+                if waiter is not None:  # None: an interrupted request, or a stale id
+                    waiter.grade = _parse_reply(verdict)
+                    waiter.done.set()
+        except _Broken:
+            pass
+        with self.lock:
+            if self.jailed is jailed:  # else whoever replaced it has killed it already
+                self._kill()
+        _close_quietly(jailed.proc.stdout)
 
     def _kill(self) -> None:
+        """Under `lock`: end the jail; every answer still waiting on it is a crash."""
         jailed, self.jailed = self.jailed, None
         if jailed is not None:
-            jailed.kill()
-            for stream in (jailed.proc.stdin, jailed.proc.stdout):
-                try:
-                    if stream is not None:
-                        stream.close()
-                except OSError:
-                    pass
+            _close_jail(jailed)
+        for waiter in self.pending.values():
+            waiter.done.set()  # its grade is CRASHED until a reply sets it
+        self.pending.clear()
 
     def close(self) -> None:
         with self.lock:
@@ -328,58 +276,104 @@ class _Zygote:
     # -- one answer ------------------------------------------------------------------------
     def grade(self, entry: Any, answer: str) -> Grade:
         timeout = self.limits.timeout_s
-        with self.lock:
-            if self.jailed is not None and self.jailed.proc.poll() is not None:
-                self._kill()  # died between answers (e.g. the thread that started it ended)
+        with self.slots:
+            with self.lock:
+                if self.jailed is not None and self.jailed.proc.poll() is not None:
+                    self._kill()  # died between answers
+                try:
+                    jailed = self.jailed or self._start()
+                except _Broken as e:
+                    return Grade(0.0, False, f"{UNAVAILABLE}: {e}")
+                rid, waiter = next(self._ids), _Waiter()
+                self.pending[rid] = waiter
+                try:
+                    body = pickle.dumps((rid, entry, answer, timeout),
+                                        protocol=pickle.HIGHEST_PROTOCOL)  # fmt: skip
+                    deadline = time.monotonic() + timeout + REPLY_MARGIN_S
+                    _write(jailed, struct.pack(">Q", len(body)) + body, deadline)
+                except _Broken as e:
+                    self._kill()
+                    return Grade(0.0, False, TIMEOUT if str(e) == "timeout" else CRASHED)
+                except BaseException:  # an interrupt mid-frame: the pipe is out of step
+                    self._kill()
+                    raise
             try:
-                jailed = self.jailed or self._start()
-            except _Broken as e:
-                return Grade(0.0, False, f"{UNAVAILABLE}: {e}")
-            try:
-                body = pickle.dumps((entry, answer, timeout), protocol=pickle.HIGHEST_PROTOCOL)
-                deadline = time.monotonic() + timeout + REPLY_MARGIN_S
-                self._write(jailed, struct.pack(">Q", len(body)) + body, deadline)
-                line = self._readline(deadline)
-            except _Broken as e:
-                self._kill()
-                return Grade(0.0, False, TIMEOUT if str(e) == "timeout" else CRASHED)
-            except BaseException:  # an interrupt mid-request: the reply would be stale
-                self._kill()
+                answered = waiter.done.wait(timeout + REPLY_MARGIN_S)
+            except BaseException:  # an interrupt: the reply, when it comes, finds no waiter
+                with self.lock:
+                    self.pending.pop(rid, None)
                 raise
-        return _parse_reply(line)
+            if not answered:  # the zygote's own timeout did not fire: it is stuck
+                with self.lock:
+                    self.pending.pop(rid, None)
+                    if self.jailed is jailed:
+                        self._kill()
+                return Grade(0.0, False, TIMEOUT)
+            return waiter.grade
 
-    def _write(self, jailed: Jailed, data: bytes, deadline: float) -> None:
-        assert jailed.proc.stdin is not None
-        fd = jailed.proc.stdin.fileno()
-        view = memoryview(data)
-        while view:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([], [fd], [], left)[1]:
+
+def _write(jailed: Jailed, data: bytes, deadline: float) -> None:
+    assert jailed.proc.stdin is not None
+    fd = jailed.proc.stdin.fileno()
+    view = memoryview(data)
+    while view:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([], [fd], [], left)[1]:
+            raise _Broken("timeout")
+        try:
+            n = os.write(fd, view)
+        except BlockingIOError:
+            continue
+        except OSError as e:  # the zygote died
+            raise _Broken("crash") from e
+        view = view[n:]
+
+
+class _Lines:
+    """Reply lines of a zygote's stdout, each at most 64 bytes (else the zygote is out of
+    form: `_Broken`)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd, self.buf = fd, b""
+
+    def next(self, deadline: float | None) -> bytes:
+        while b"\n" not in self.buf:
+            if len(self.buf) > 64:
+                raise _Broken("crash")
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and (left <= 0 or not select.select([self.fd], [], [], left)[0]):
                 raise _Broken("timeout")
             try:
-                n = os.write(fd, view)
-            except BlockingIOError:
-                continue
-            except OSError as e:  # the zygote died
+                chunk = os.read(self.fd, 4096)
+            except OSError as e:
                 raise _Broken("crash") from e
-            view = view[n:]
-
-    def _readline(self, deadline: float) -> bytes:
-        """One reply line (at most 64 bytes), or _Broken."""
-        assert self.jailed is not None and self.jailed.proc.stdout is not None
-        fd = self.jailed.proc.stdout.fileno()
-        buf = b""
-        while not buf.endswith(b"\n"):
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                raise _Broken("timeout")
-            chunk = os.read(fd, 64)
-            if not chunk or len(buf) + len(chunk) > 64:
+            if not chunk:
                 raise _Broken("crash")
-            buf += chunk
-        if buf.count(b"\n") != 1:
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        if len(line) > 64:
             raise _Broken("crash")
-        return buf[:-1]
+        return line
+
+
+def _split_reply(line: bytes) -> tuple[int, int, bytes]:
+    parts = line.split(b" ", 2)
+    if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit():
+        raise _Broken("crash")
+    return int(parts[0]), int(parts[1]), parts[2]
+
+
+def _close_jail(jailed: Jailed) -> None:
+    jailed.kill()
+    _close_quietly(jailed.proc.stdin)
+
+
+def _close_quietly(stream: Any) -> None:
+    try:
+        if stream is not None:
+            stream.close()
+    except OSError:
+        pass
 
 
 def _drain(stream: Any, tail: bytearray) -> None:
@@ -429,7 +423,7 @@ def _grader(key: str, spec: Any, sandbox: str, limits: GradingLimits) -> _Zygote
                 evicted.append(z)
             spec_json = json.dumps(
                 {"family": spec.family, "size": spec.size, "seed": spec.seed,
-                 "config": json.loads(spec.config_json)}
+                 "config": json.loads(spec.config_json), "parallel": limits.parallel}
             )  # fmt: skip
             z = _POOL[pool_key] = _Zygote(spec_json, sandbox, limits)
         _POOL.move_to_end(pool_key)
@@ -447,6 +441,12 @@ def close_all() -> None:
         _POOL.clear()
     for z in zygotes:
         z.close()
+
+
+def peak_parallel() -> int:
+    """The most answers any live jailed grader has scored at once (for tests and benchmarks)."""
+    with _POOL_LOCK:
+        return max((z.peak for z in _POOL.values()), default=0)
 
 
 def live_zygotes() -> list[int]:

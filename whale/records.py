@@ -13,10 +13,18 @@ What a harness returns ends up in these files, so nothing here trusts their cont
 - `RunLock` is an exclusive `flock` on `<run dir>/.lock`, held for a command's life and
   dropped by the kernel when the process dies (kill -9 included), so a stale lock never
   blocks. Not covered: filesystems where flock is not shared between machines (some NFS).
+- A run directory's record files are opened without following links (O_NOFOLLOW) and must
+  be regular files (`open_record`): a ledger replaced by a symlink to a file outside the run,
+  or by a FIFO, is a `RecordError` naming it, never written through (or read from, or blocked
+  on). `write_atomic` makes its temporary file with O_EXCL | O_NOFOLLOW and renames it over
+  the name, so a link there is replaced, never followed. `record_dir` refuses a sub-folder
+  that is a link. Not covered: a link in the path above the run directory (the user's
+  choice of path), hard links.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -36,11 +44,62 @@ class RunDirInUse(RuntimeError):
     """Another process holds the run directory's lock."""
 
 
+def open_record(path: Path, flags: int) -> int:
+    """A descriptor of run-directory record file `path` (os.open `flags`, plus O_CREAT where
+    given), or RecordError naming it when it is a symbolic link or not a regular file: a
+    record is never written through (or read from) a link that may point out of the run."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode):  # before open: a FIFO would block
+        raise RecordError(_not_regular(path, st.st_mode))
+    try:  # O_NONBLOCK: a FIFO swapped in after the lstat fails or returns, never blocks
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENXIO):  # swapped for a link / a FIFO meanwhile
+            raise RecordError(_not_regular(path, stat.S_IFLNK)) from None
+        raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise RecordError(_not_regular(path, st.st_mode))
+    os.set_blocking(fd, True)
+    return fd
+
+
+def _not_regular(path: Path, mode: int) -> str:
+    what = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
+    return (f"{path}: {what}; whale neither reads nor writes a run directory's records "
+            "through it (replace it with the run's own file, or start a new run directory)")
+
+
+def record_dir(path: Path) -> Path:
+    """Sub-folder `path` of a run directory, made if absent; RecordError when it is a link
+    (records written under it would land wherever it points) or not a folder."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:  # a dangling link or a file: refused below
+        pass
+    mode = os.lstat(path).st_mode
+    if not stat.S_ISDIR(mode):
+        what = "a symbolic link" if stat.S_ISLNK(mode) else "not a folder"
+        raise RecordError(f"{path}: {what}; whale does not write a run's records through it "
+                          "(replace it with the run's own folder, or start a new run directory)")
+    return path
+
+
 def write_atomic(path: Path, text: str, errors: str = "strict") -> None:
-    """`text` as UTF-8 into `path`, whole or not at all (`errors`: as for str.encode)."""
+    """`text` as UTF-8 into `path`, whole or not at all (`errors`: as for str.encode). The
+    temporary file is made new (O_EXCL | O_NOFOLLOW), and the rename replaces a link at
+    `path` rather than writing through it."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
-        tmp.write_text(text, encoding="utf-8", errors=errors)
+        tmp.unlink(missing_ok=True)  # a leftover of a killed process with the same pid
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o644)  # fmt: skip
+        with open(fd, "wb") as f:
+            f.write(text.encode("utf-8", errors))
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -69,11 +128,14 @@ def _parse(raw: bytes) -> dict[str, Any] | None:
 
 
 def iter_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    """(line number, record) of every record; [] when the file does not exist."""
+    """(line number, record) of every record; [] when the file does not exist. A link or a
+    FIFO there is a RecordError (`open_record`)."""
     try:
-        data = path.read_bytes()
+        fd = open_record(path, os.O_RDONLY)
     except FileNotFoundError:
         return []
+    with open(fd, "rb") as f:
+        data = f.read()
     lines = data.split(b"\n")
     tail = lines.pop()  # b"" when the file ends in "\n"; else what a killed writer left
     out = []
@@ -101,33 +163,31 @@ class JsonlWriter:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._f = open(path, "ab")
+        # Not open(path, "ab"): that follows a link (a resumed run appended its rows to
+        # whatever file a symlinked ledger named). Read-write for _mend, on this descriptor.
+        fd = open_record(path, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+        self._f = open(fd, "ab")
         self._mend()
 
     def _mend(self) -> None:
         """End a torn last line: kept (with its "\\n") if it is a whole record, else cut off."""
-        size = os.fstat(self._f.fileno()).st_size
-        if size == 0:
+        fd = self._f.fileno()
+        size = os.fstat(fd).st_size
+        if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
             return
-        with open(self.path, "rb") as f:
-            f.seek(-1, os.SEEK_END)
-            if f.read(1) == b"\n":
-                return
-            start, chunk = size, 1 << 16
-            while start > 0:  # find the last "\n", reading back from the end
-                start = max(0, start - chunk)
-                f.seek(start)
-                at = f.read(min(chunk, size - start)).rfind(b"\n")
-                if at >= 0:
-                    start += at + 1
-                    break
-            f.seek(start)
-            tail = f.read()
+        start, chunk = size, 1 << 16
+        while start > 0:  # find the last "\n", reading back from the end
+            start = max(0, start - chunk)
+            at = os.pread(fd, min(chunk, size - start), start).rfind(b"\n")
+            if at >= 0:
+                start += at + 1
+                break
+        tail = os.pread(fd, size - start, start)
         if _parse(tail) is not None:
             self._f.write(b"\n")
             self._f.flush()
         else:
-            os.truncate(self.path, start)
+            os.ftruncate(fd, start)
 
     def write(self, record: dict[str, Any]) -> None:
         line = json.dumps(record, ensure_ascii=True) + "\n"  # ASCII: no raw line separators
@@ -203,7 +263,12 @@ class RunLock:
                 _held[self._key][1] += 1
                 return
             path = Path(self._key) / LOCK_NAME
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            try:  # O_NOFOLLOW: the pid written below must not truncate a linked file
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
+            except OSError as e:
+                if e.errno != errno.ELOOP:
+                    raise
+                raise OSError(e.errno, f"{path} is a symbolic link (not followed)") from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:

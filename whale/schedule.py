@@ -178,7 +178,9 @@ class Cotrain:
             steps.append(st)
             epochs += self.weights.epochs(st.consumed)
             self.say(f"[{self.name}] weight step {st.step}: reward {st.reward:.3f} "
-                     f"({st.accepted}/{st.samples} accepted), "
+                     f"({st.accepted}/{st.samples} accepted"
+                     + (f", {len(st.unproven)} without answer provenance" if st.unproven else "")
+                     + "), "
                      + (f"loss {st.loss:.3f}" if st.trained else f"skipped: {st.skipped}"))
             if not p.adaptive and epochs + EPS >= self.s.weight_epochs:
                 stopped = f"{self.s.weight_epochs:g} epochs"

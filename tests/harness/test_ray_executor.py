@@ -204,7 +204,7 @@ def test_ctrl_c_stops_promptly_and_no_actor_survives(cluster):
         finally:
             t.join()
             rt.close()
-    assert took < 2.0
+    assert took < 30.0  # a guard: cancelled, not waited out behind the 60 s replies
     assert done == [] and rt.cancelled
     assert len(seen) == 2 and wait_dead(seen, 5) == []
 
@@ -294,6 +294,46 @@ def test_an_actor_that_died_idle_costs_no_rollout_a_try(cluster):
     assert all(o.status == "ok" for o in r.outcomes)
 
 
+TWO_CALLS = """
+def run(question, env):
+    env.llm([{"role": "user", "content": "first " + question}])
+    return env.llm([{"role": "user", "content": "second " + question}]).text.split(":")[-1].strip()
+"""
+
+
+def test_the_model_calls_of_a_lost_try_are_counted_in_the_ledger_tokens(cluster):
+    # issue 20: a rollout retried after its actor died paid for its first try's calls, but
+    # the ledger's tokens counted only the retry's. Each stub completion is 5 tokens; the
+    # actor is killed while the first try's second call is in flight (its first came back).
+    task = load_task("rg:basic_arithmetic", size=1, seed=3)
+    ex = RayExecutor(actors=1, per_actor=1)
+    killed: list[int] = []
+    with StubServer([("ok", "Answer: 7")], delay_s=1.0) as s:
+        rt = Runtime(model=OpenAICompatible("stub", s.base_url), executor=ex)
+
+        def kill_in_second_call() -> None:
+            deadline = time.monotonic() + 60  # a guard against a hang only
+            while len(s.requests) < 2 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            victim = ex.actor_pids()[0]
+            killed.append(victim)
+            os.kill(victim, signal.SIGKILL)
+
+        killer = threading.Thread(target=kill_in_second_call)
+        killer.start()
+        try:
+            r = evaluate(rt, TWO_CALLS, task, task.questions(), 1)
+        finally:
+            killer.join()
+            rt.close()
+        calls = len(s.requests)
+    (o,), (t,) = r.outcomes, r.trajectories
+    assert killed and o.retries == 1 and o.status == "ok" and o.answer == "7"
+    assert calls == 4  # two paid by the lost try (one answered before the kill), two by the retry
+    assert len(t.model_calls()) == 2 and t.lost_tokens == 5
+    assert o.tokens == 2 * 5 + 5
+
+
 REAPER_DRIVER = """
 import subprocess, sys
 from tests.servers import StubServer
@@ -367,16 +407,15 @@ def test_a_stream_closed_early_keeps_its_running_rollout_counted_until_it_ends(c
 
     src = "def run(question, env):\n    return env.llm([{'role': 'user', 'content': question}]).text\n"
     ex = RayExecutor(actors=2, per_actor=1)
-    with StubServer([("ok", "fast"), ("sleep", 8, "slow"), ("ok", "x")]) as s:
+    with StubServer([("ok", "fast"), ("sleep", 20, "slow"), ("ok", "x")]) as s:
         rt = Runtime(model=OpenAICompatible("stub", s.base_url, timeout_s=60), executor=ex)
         try:
             gen = ex.stream(rt, src, [Rollout("c0", "q0"), Rollout("c1", "q1")], 2, None)
             next(gen)
             gen.close()  # c1 still decodes on its actor
-            t0 = time.monotonic()
             out = list(ex.stream(rt, src, [Rollout("d0", "q"), Rollout("d1", "q")], 2, None))
-            took = time.monotonic() - t0
+            orphan_running = s.in_flight  # its 20 s reply has not come yet
         finally:
             ex.close()
     assert sorted(t.status for _, t in out) == ["ok", "ok"]
-    assert took < 5.0  # not behind the 8 s orphan
+    assert orphan_running == 1  # the second stream ended before the orphan: not behind it

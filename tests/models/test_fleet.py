@@ -100,7 +100,9 @@ def test_waiting_for_a_slot_counts_against_the_timeout():
             waited = time.monotonic() - t0
             assert all(c.result().text == "hello" for c in busy)
         f.close()
-    assert 0.25 <= waited < 1.0 and len(a.requests) + len(b.requests) == 2
+    # It waited its timeout (a lower bound: no CPU makes a sleep shorter) and was never sent:
+    # had the wait not counted, it would have got a slot after 0.6 s and made a third request.
+    assert waited >= 0.25 and len(a.requests) + len(b.requests) == 2
 
 
 @pytest.mark.parametrize("fault", [("status", 500, "boom"), ("status", 503, "busy"), ("close",)])
@@ -210,7 +212,7 @@ def test_every_endpoint_down_names_both_after_waiting_the_timeout():
     prober = f._prober
     f.close()
     assert all(u in str(e.value) for u in urls) and "cannot reach" in str(e.value)
-    assert 0.55 <= waited < 3.0
+    assert 0.55 <= waited < 30.0  # its timeout, then it gave up (the upper bound: a hang guard)
     assert prober is not None and not prober.is_alive()  # close() ended the probe thread
 
 
@@ -233,17 +235,18 @@ def test_refuse_fails_a_waiting_call_and_every_later_one_at_once():
             time.sleep(0.1)
             t0 = time.monotonic()
             f.refuse()
-            waiter.join(timeout=2.0)
+            waiter.join(timeout=30.0)  # a guard against a hang
             refused_in = time.monotonic() - t0
-            t0 = time.monotonic()
             with pytest.raises(ModelError, match="closed"):
                 f.chat(MSG, Sampling())
-            later_in = time.monotonic() - t0
             for c in busy:
                 c.exception()
         f.close()
-    assert len(errors) == 1 and "closed" in str(errors[0]) and refused_in < 0.3
-    assert later_in < 0.1 and len(a.requests) + len(b.requests) == 2
+    # Refused, not served: a waiter let through would have made a third request when a slot
+    # freed (0.5 s later), and the later call a fourth.
+    assert not waiter.is_alive(), f"still waiting {refused_in:.1f} s after refuse()"
+    assert len(errors) == 1 and "closed" in str(errors[0])
+    assert len(a.requests) + len(b.requests) == 2
 
 
 # --- real server processes -------------------------------------------------------------

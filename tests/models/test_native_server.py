@@ -151,20 +151,17 @@ def test_the_python_server_still_serves_when_forced(monkeypatch):
 
 
 @pytest.mark.model
-def test_four_concurrent_chats_decode_together(smol):
-    smol.chat(essay("a river"), LONG)  # warm
-    t = time.perf_counter()
-    smol.chat(essay(TOPICS[0]), LONG)
-    one = time.perf_counter() - t
+def test_four_concurrent_chats_are_served_together_and_each_as_alone(smol):
+    # Four concurrent greedy chats: each gets the reply it gets alone, and the server ran
+    # them on its four parallel slots. How much faster that is than one at a time is a
+    # speed figure of the CPU, not a property: benchmarks/embedded_concurrency.py prints it.
+    alone = {p: smol.chat(essay(p), LONG).text for p in TOPICS[:4]}
     assert smol.log_path is not None
     log_start = smol.log_path.stat().st_size
     with ThreadPoolExecutor(4) as pool:
-        t = time.perf_counter()
         together = list(pool.map(lambda p: smol.chat(essay(p), LONG), TOPICS[:4]))
-        four = time.perf_counter() - t
     assert all(c.usage["completion_tokens"] == 48 for c in together)
-    # Serial decoding would take ~4 x one; measured here ~1.6-2 x with 1 thread.
-    assert four < 0.8 * 4 * one, f"4 concurrent {four:.2f} s, one alone {one:.2f} s"
+    assert [c.text for c in together] == [alone[p] for p in TOPICS[:4]]
     log = smol.log_path.read_bytes()[log_start:].decode(errors="replace")
     slots = set(re.findall(r"slot\s+launch_slot_: id\s+(\d+)", log))
     assert len(slots) == 4, f"slots used: {slots}"
@@ -265,7 +262,10 @@ def test_close_kills_the_server_fails_waiting_calls_and_refuses_later_ones():
     for t in threads:
         t.join(timeout=10)
     took = time.monotonic() - t0
-    assert len(errors) == 4 and took < 1.5, f"{len(errors)} calls failed, after {took:.1f} s"
+    # Each call asked for 400 tokens: one that was waited out would have returned its reply,
+    # so four errors say close() cut them (the joins' 10 s only guard against a hang).
+    assert not any(t.is_alive() for t in threads), f"still running {took:.1f} s after close()"
+    assert len(errors) == 4, f"{len(errors)} calls failed"
     assert gone(pid, 2.0)
     with pytest.raises(ModelError, match="closed"):
         m.chat(HI, Sampling(max_tokens=2))

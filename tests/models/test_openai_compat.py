@@ -86,7 +86,7 @@ def test_timeout_is_enforced():
         t0 = time.monotonic()
         with pytest.raises(ModelTimeout):
             client(s).chat(MSG, Sampling(), timeout=0.5)
-        assert time.monotonic() - t0 < 2.0
+        assert time.monotonic() - t0 < 3.0  # before the server's reply: given up, not waited
 
 
 def test_token_ids_are_asked_for_and_kept_when_the_backend_returns_them():

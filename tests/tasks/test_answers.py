@@ -72,5 +72,5 @@ def test_a_huge_exponent_is_not_read_as_a_number_and_returns_at_once():
     t = time.monotonic()
     assert parse_number("1e999999999") is None and parse_number("1" * 5000) is None
     assert not numbers_match("1e999999999", "10")
-    assert time.monotonic() - t < 0.5
+    assert time.monotonic() - t < 10  # a guard: 10**999999999 as an integer would not end
     assert parse_number("1.5e3") == 1500

@@ -223,7 +223,7 @@ def test_a_failed_launch_is_a_clear_error_and_leaves_no_process(tmp_path, tiny_m
     t0 = time.monotonic()
     with pytest.raises(LaunchError, match="ran past 2.0 s and was killed"):
         trainer(str(CPU_2PROC), launch_timeout_s=2.0).train(examples, tmp_path / "c")
-    assert time.monotonic() - t0 < 20
+    assert time.monotonic() - t0 < 60  # a guard: killed at 2 s, not left to run
     assert _none_left(str(tmp_path / "c")), _left(str(tmp_path / "c"))
     with pytest.raises(ValueError, match="launcher 'accelerate' needs accelerate_config"):
         SFTSettings(launcher="accelerate").validate()
@@ -248,7 +248,7 @@ def test_a_ctrl_c_kills_the_launch_group(tmp_path):
     with pytest.raises(KeyboardInterrupt):
         run_launch([sys.executable, "-c", script], tmp_path / "log")
     timer.join()
-    assert time.monotonic() - t0 < 10  # interrupted, not waited out
+    assert time.monotonic() - t0 < 40  # interrupted, not waited out (the launcher sleeps 60 s)
     assert _none_left(marker), _left(marker)
 
 

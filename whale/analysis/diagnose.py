@@ -121,6 +121,8 @@ class DiagnoseConfig:
             raise cfgmod.ConfigError(f"eval must be at least 2 (a standard error), got {self.eval}")
         with part("rsft"):
             self.rsft.validate()
+        with part("agent"):
+            self.agent.validate()
 
     def pool_size(self) -> int:
         """Questions to load: the given task.size, else adapt's pool plus the probe's needs."""

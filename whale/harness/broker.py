@@ -11,11 +11,16 @@ written to a non-blocking pipe by the run's deadline (a harness that stops readi
 `killed`), error replies are cut to ERROR_CHARS, and requests with JSON the broker refuses
 (streams.scrub: too deep, numbers out of range or not finite) get an error reply while the
 run goes on. `Runtime.cancel()` ends every run of a Runtime as `killed`, "cancelled".
+
+An `llm` request out of range (calls.check_llm_args: sampling values, unknown arguments;
+calls.check_prompt_size: messages too long for the model's context) is refused before any
+backend call: an error reply, and a `refused` event on the trajectory.
 """
 
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import functools
 import hashlib
 import marshal
@@ -32,7 +37,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from whale.harness import worker as wire
 from whale.harness.budget import Budget, Limits, PythonToolLimits
-from whale.harness.calls import BadCall, Refused, check_llm_args, done_outcome
+from whale.harness.calls import (
+    BadCall,
+    Refused,
+    Rejected,
+    check_llm_args,
+    check_prompt_size,
+    done_outcome,
+)
 from whale.harness.contract import run_contract_fault
 from whale.harness.pool import WorkerPool
 from whale.harness.sandbox import Jailed, Sandbox, python_executable
@@ -49,7 +61,7 @@ from whale.harness.streams import (
     write_frame,
 )
 from whale.harness.trajectory import ModelCall, Status, ToolCall, Trajectory
-from whale.models.base import ChatModel, ModelError, ModelTimeout, Sampling
+from whale.models.base import ChatModel, ModelError, ModelTimeout, Sampling, prompt_char_limit
 
 if TYPE_CHECKING:
     from whale.harness.executor import Executor
@@ -58,6 +70,9 @@ WORKER_SOURCE = str(Path(wire.__file__).resolve())
 WORKER_INSIDE = "/whale/worker.pyc"
 # The longest error text a reply carries: an error may quote what the harness sent.
 ERROR_CHARS = 1000
+# Out-of-range requests recorded per run: they cost no budget, so a harness may repeat one
+# until its deadline; past this many the trajectory keeps only their count.
+MAX_REJECTED_EVENTS = 32
 
 
 @functools.cache
@@ -159,6 +174,9 @@ class Runtime:
     sandbox: Sandbox = field(default_factory=Sandbox)
     temperature: float = 0.0
     seed: int | None = 0
+    # The most characters of message text one model call may carry (more is refused before
+    # sending); None: the model's own bound (models.base.prompt_char_limit), where it has one.
+    prompt_chars: int | None = None
     # Fresh workers kept started ahead of need (see pool.py); 0 starts each on demand.
     warm: int = 0
     # Where evaluate() runs this Runtime's rollouts (whale.harness.executor); None: a local
@@ -219,6 +237,10 @@ class Runtime:
 
         return remove
 
+    def prompt_char_limit(self) -> int | None:
+        """The bound `_llm` applies to a call's message text (None: none)."""
+        return self.prompt_chars if self.prompt_chars is not None else prompt_char_limit(self.model)
+
     def wake_fd(self) -> int:
         """The read end of the cancel pipe: readable once cancel() was called."""
         return self._wake[0]
@@ -275,6 +297,7 @@ class _Run:
         self.traj = Trajectory(question_id=question_id, harness_hash=harness_hash(source))
         self.used = {"model_calls": 0, "retrievals": 0, "tool_calls": 0, "tokens": 0}
         self.refused = False
+        self.rejected = 0  # out-of-range requests (calls.Rejected) so far
         self.deadline = 0.0
         self.wake = rt.wake_fd()
 
@@ -434,9 +457,22 @@ class _Run:
                 "error": str(r)[:ERROR_CHARS],
                 "budget": self.left(),
             }
+        except Rejected as e:
+            self._record_rejected(str(op), str(e)[:ERROR_CHARS])
+            return {"ok": False, "error": str(e)[:ERROR_CHARS], "budget": self.left()}
         except BadCall as e:
             return {"ok": False, "error": str(e)[:ERROR_CHARS], "budget": self.left()}
         return {"ok": True, "result": result, "budget": self.left()}
+
+    def _record_rejected(self, op: str, reason: str) -> None:
+        """A `refused` event for an out-of-range request (the run's status is left alone: the
+        harness was told and may go on), up to MAX_REJECTED_EVENTS per run."""
+        self.rejected += 1
+        if self.rejected < MAX_REJECTED_EVENTS:
+            self.traj.add_refusal(op, reason)
+        elif self.rejected == MAX_REJECTED_EVENTS:
+            self.traj.add_refusal(op, f"{reason} (later out-of-range requests of this run are "
+                                      "refused the same way but not recorded)")  # fmt: skip
 
     def _spend(self, what: str, cap: int) -> None:
         if self.used[what] >= cap:
@@ -454,12 +490,14 @@ class _Run:
         messages, sampling = check_llm_args(args, b, self.rt.temperature, self.rt.seed)
         if self.rt.model is None:
             raise BadCall("no model backend is configured for this run")
+        # Before the budget: a prompt that cannot fit is never sent, so it costs no call.
+        check_prompt_size(messages, self.rt.prompt_char_limit())
         if b.max_total_tokens is not None:
             tokens_left = b.max_total_tokens - self.used["tokens"]
             if tokens_left <= 0:
                 raise Refused(f"budget exceeded: token limit of {b.max_total_tokens} reached")
-            sampling = Sampling(
-                **{**sampling.__dict__, "max_tokens": min(sampling.max_tokens, tokens_left)}
+            sampling = dataclasses.replace(
+                sampling, max_tokens=min(sampling.max_tokens, tokens_left)
             )
         self._spend("model_calls", b.model_calls)
         timeout = min(b.model_call_timeout_s, self._remaining_s())

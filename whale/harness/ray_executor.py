@@ -11,7 +11,12 @@ takes results with `ray.wait` as they finish.
 Failures: an actor process that dies (OOM, SIGKILL, a lost node) costs only its in-flight
 rollouts; each is run once more on a replacement actor and its trajectory says `retries=1`;
 lost a second time, it is a `crashed` trajectory, "ray worker lost twice ...". A rollout's
-model calls made before a loss were paid and are paid again by the retry. `Runtime.cancel()`
+model calls made before a loss were paid and are paid again by the retry; they are counted:
+each actor's broker reports the tokens of every completion it receives, as the call returns,
+to a tally actor of the driver (keyed by stream, rollout and try), and the tokens of a lost
+try are added to the rollout's trajectory (`lost_tokens`, in `tokens()` and so in the
+ledger's tokens). Not covered there: a completion received in the instant before the actor
+died, whose report had not reached the tally. `Runtime.cancel()`
 (and Ctrl-C in `evaluate`) cancels the in-flight tasks and kills the actors at once (their
 jailed workers die with them: the jails' parent-death signal) when no other stream is using
 them; when other streams are (Runtimes of one config share one executor), only the cancelled
@@ -60,8 +65,9 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections import deque
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
@@ -74,7 +80,7 @@ from whale.harness.budget import Budget, Limits, PythonToolLimits
 from whale.harness.executor import ExecutorUnavailable, Rollout
 from whale.harness.sandbox import Sandbox
 from whale.harness.trajectory import Status, Trajectory
-from whale.models.base import ChatModel
+from whale.models.base import ChatModel, Completion, Message, Sampling
 from whale.models.cache import CachedModel
 from whale.models.embedded import EmbeddedLlama
 from whale.models.fleet import Fleet
@@ -157,6 +163,7 @@ class ModelSpec:
     endpoints: tuple[str, ...] = ()
     max_concurrency: int = 0
     probe_s: float = 5.0
+    attempt_timeout_s: float = 0.0
 
     def loopback(self) -> bool:
         urls = self.endpoints or (self.base_url,)
@@ -167,7 +174,8 @@ class ModelSpec:
         if self.endpoints:
             m = Fleet(self.model, self.endpoints, api_key=self.api_key,
                       max_concurrency=self.max_concurrency, timeout_s=self.timeout_s,
-                      probe_s=self.probe_s, token_ids=self.token_ids)  # fmt: skip
+                      probe_s=self.probe_s, token_ids=self.token_ids,
+                      attempt_timeout_s=self.attempt_timeout_s)  # fmt: skip
         else:
             m = OpenAICompatible(self.model, self.base_url, api_key=self.api_key or "none",
                                  retries=self.retries, backoff_s=self.backoff_s,
@@ -194,6 +202,7 @@ def describe_model(model: ChatModel | None) -> ModelSpec | None:
             name=name, model=inner.model, base_url="", endpoints=tuple(inner.urls()),
             api_key=inner.api_key, timeout_s=inner.timeout_s, token_ids=inner.token_ids,
             max_concurrency=inner.max_concurrency, probe_s=inner.probe_s, cache_path=cache_path,
+            attempt_timeout_s=inner.attempt_timeout_s,
         )  # fmt: skip
     if isinstance(inner, EmbeddedLlama):
         client = inner.start()
@@ -225,19 +234,69 @@ class RuntimeSpec:
     temperature: float
     seed: int | None
     warm: int
+    # The prompt bound resolved here: an actor's model is a client that does not know n_ctx.
+    prompt_chars: int | None = None
 
     @classmethod
     def of(cls, rt: Runtime, per_actor: int) -> RuntimeSpec:
         return cls(describe_model(rt.model), rt.budget, rt.limits, rt.python_limits,
                    rt.sandbox, rt.temperature, rt.seed,
-                   2 * per_actor if rt.warm > 0 else 0)  # fmt: skip
+                   2 * per_actor if rt.warm > 0 else 0, rt.prompt_char_limit())  # fmt: skip
 
     def build(self) -> Runtime:
         return Runtime(
             model=None if self.model is None else self.model.build(), budget=self.budget,
             limits=self.limits, python_limits=self.python_limits, sandbox=self.sandbox,
             temperature=self.temperature, seed=self.seed, warm=self.warm,
+            prompt_chars=self.prompt_chars,
         )  # fmt: skip
+
+
+class _Tally:
+    """The driver's count of the tokens each try of a rollout received, reported by the
+    actors call by call: what a try whose actor died had already paid."""
+
+    def __init__(self) -> None:
+        self._tokens: dict[str, int] = {}
+
+    def add(self, key: str, tokens: int) -> None:
+        self._tokens[key] = self._tokens.get(key, 0) + tokens
+
+    def take(self, key: str) -> int:
+        return self._tokens.pop(key, 0)
+
+    def drop(self, prefix: str) -> None:
+        for key in [k for k in self._tokens if k.startswith(prefix)]:
+            del self._tokens[key]
+
+
+TALLY_S = 10.0  # how long a report or a take may wait for the tally (accounting only)
+
+
+class _Reporting:
+    """An actor's model: each completion's tokens are reported to the tally under the key
+    of the try running in this thread (the broker calls the model from the thread of the
+    run), before the harness sees the reply. Everything else is the inner model's."""
+
+    def __init__(self, inner: ChatModel, current: threading.local) -> None:
+        self.inner, self._current = inner, current
+        self.name = inner.name
+
+    def chat(self, messages: list[Message], sampling: Sampling,
+             timeout: float | None = None) -> Completion:  # fmt: skip
+        c = self.inner.chat(messages, sampling, timeout)
+        report = getattr(self._current, "report", None)
+        if report is not None:
+            try:
+                tokens = int(c.usage.get("total_tokens", 0))
+                if tokens:
+                    ray.get(report[0].add.remote(report[1], tokens), timeout=TALLY_S)
+            except Exception:  # noqa: BLE001, S110 - accounting only: the rollout goes on
+                pass
+        return c
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
 
 
 class _RolloutActor:
@@ -249,6 +308,7 @@ class _RolloutActor:
         self._spec: RuntimeSpec | None = None
         self._rt: Runtime | None = None
         self._retrievers: dict[str, Any] = {}
+        self._current = threading.local()  # (tally, key) of the try this thread runs
 
     def pid(self) -> int:
         return os.getpid()
@@ -257,12 +317,15 @@ class _RolloutActor:
         with self._lock:
             if self._rt is None or self._spec != spec:
                 old, self._rt, self._spec = self._rt, spec.build(), spec
+                if self._rt.model is not None:
+                    self._rt.model = _Reporting(self._rt.model, self._current)
                 if old is not None:
                     old.close()  # its runs in flight keep their own workers
             return self._rt
 
     def run(self, spec: RuntimeSpec, source: str, prompt: str, question_id: str,
-            retriever: list[Any] | None) -> Trajectory:  # fmt: skip
+            retriever: list[Any] | None, report: tuple[Any, str] | None = None,
+            ) -> Trajectory:  # fmt: skip
         rt = self._runtime(spec)
         r = None
         if retriever is not None:  # [ObjectRef], boxed so that Ray does not fetch it per call
@@ -271,7 +334,11 @@ class _RolloutActor:
                 if key not in self._retrievers:
                     self._retrievers = {key: ray.get(retriever[0])}
                 r = self._retrievers[key]
-        return rt.run(source, prompt, question_id, r)
+        self._current.report = report
+        try:
+            return rt.run(source, prompt, question_id, r)
+        finally:
+            self._current.report = None
 
 
 @dataclass
@@ -286,6 +353,7 @@ class _Slot:
 
 
 _Actor: Any = ray.remote(_RolloutActor)
+_TallyActor: Any = ray.remote(_Tally)
 
 
 # The reaper of a local cluster this process started and has not shut down.
@@ -315,6 +383,7 @@ class RayExecutor:
         self._starting = threading.Lock()
         self._streams = 0  # streams running now (several threads may share this executor)
         self._owns = False
+        self._tally: Any = None  # the _Tally actor, made with the first stream
         # Made by make_executor for a config: shared by every Runtime of this process with
         # that config, so Runtime.close() leaves it running; closed at exit.
         self.shared = False
@@ -400,6 +469,12 @@ class RayExecutor:
     def shutdown(self) -> None:
         if ray.is_initialized():
             self.cancel()
+            if self._tally is not None:
+                try:
+                    ray.kill(self._tally, no_restart=True)
+                except Exception:  # noqa: BLE001, S110 - already gone
+                    pass
+        self._tally = None
         if self._owns:
             self._owns = False
             _shutdown_local()
@@ -433,6 +508,9 @@ class RayExecutor:
             raise ExecutorUnavailable(f"ray: the task's retriever cannot be sent to the "
                                       f"actors ({type(e).__name__}: {e})") from None  # fmt: skip
         queue, tries = deque(range(len(rollouts))), [0] * len(rollouts)
+        lost_tokens = [0] * len(rollouts)  # paid by tries whose actor died
+        tally = self._tally_actor()
+        token = f"{uuid.uuid4().hex}/"  # this stream's keys in the tally: token/index/try
         mine: dict[Any, tuple[_Slot, int]] = {}  # this stream's refs in flight
         # On cancel(), from any thread: kill the actors at once if this stream is alone on
         # them; else the loop below drops only its own rollouts at its next turn (<= POLL_S).
@@ -449,7 +527,8 @@ class RayExecutor:
                         yield i, _stopped(rollouts[i], h, "killed", "cancelled")
                     queue.clear()
                     break
-                self._submit(queue, mine, spec, source, rollouts, box)
+                self._submit(queue, mine, spec, source, rollouts, box,
+                             lambda i: None if tally is None else (tally, f"{token}{i}/{tries[i]}"))
                 if not mine:  # every slot is busy with other streams' rollouts, or gone
                     if self._live() < self.actors:
                         self._start_actors(spec)  # killed by another stream's cancel
@@ -469,16 +548,20 @@ class RayExecutor:
                     except RayActorError as e:
                         lost = True
                         slot.dead = True
+                        lost_tokens[i] += _take(tally, f"{token}{i}/{tries[i]}")
                         if runtime.cancelled:
-                            yield i, _stopped(rollouts[i], h, "killed", "cancelled")
+                            t = _stopped(rollouts[i], h, "killed", "cancelled")
                         elif tries[i] == 0:
                             tries[i] = 1
                             queue.appendleft(i)
+                            continue
                         else:
                             why = str(e).strip().splitlines()[0][:300] if str(e) else ""
-                            yield i, _stopped(rollouts[i], h, "crashed",
-                                              f"ray worker lost twice (the actor running this "
-                                              f"rollout died on both tries): {why}")  # fmt: skip
+                            t = _stopped(rollouts[i], h, "crashed",
+                                         f"ray worker lost twice (the actor running this "
+                                         f"rollout died on both tries): {why}")  # fmt: skip
+                        t.retries, t.lost_tokens = tries[i], lost_tokens[i]
+                        yield i, t
                         continue
                     except TaskCancelledError:
                         yield i, _stopped(rollouts[i], h, "killed", "cancelled")
@@ -487,7 +570,7 @@ class RayExecutor:
                         yield i, _stopped(rollouts[i], h, "crashed",
                                           f"ray: {type(e).__name__}: {str(e)[:1000]}")  # fmt: skip
                         continue
-                    traj.retries = tries[i]
+                    traj.retries, traj.lost_tokens = tries[i], lost_tokens[i]
                     yield i, traj
                 with self._lock:
                     self._slots = [s for s in self._slots if not (s.dead and not s.running)]
@@ -507,6 +590,22 @@ class RayExecutor:
                 self._streams -= 1
             if not finished:  # a closed stream: stop what runs for nobody (only its own)
                 self._orphan(mine)
+            if tally is not None:  # the counts of tries that were not lost
+                try:
+                    tally.drop.remote(token)
+                except Exception:  # noqa: BLE001, S110 - the cluster is gone
+                    pass
+
+    def _tally_actor(self) -> Any:
+        """The tally of this executor's streams (None when it cannot be made: the tokens of
+        lost tries are then not counted, the rollouts run as before)."""
+        with self._lock:
+            if self._tally is None:
+                try:
+                    self._tally = _TallyActor.options(num_cpus=0).remote()
+                except Exception:  # noqa: BLE001 - accounting only
+                    return None
+            return self._tally
 
     def _cancel_if_alone(self) -> bool:
         """Kill the actors if at most one stream runs on them (a running rollout cannot be
@@ -564,7 +663,8 @@ class RayExecutor:
 
     def _submit(self, queue: deque[int], mine: dict[Any, tuple[_Slot, int]],
                 spec: RuntimeSpec, source: str, rollouts: Sequence[Rollout],
-                box: list[Any] | None) -> None:  # fmt: skip
+                box: list[Any] | None,
+                report: Callable[[int], tuple[Any, str] | None]) -> None:  # fmt: skip
         with self._lock:
             for s in self._slots:
                 if s.orphans:  # finished orphans free their places
@@ -573,7 +673,8 @@ class RayExecutor:
                 while queue and not s.dead and len(s.running) + len(s.orphans) < self.per_actor:
                     i = queue.popleft()
                     r = rollouts[i]
-                    ref = s.actor.run.remote(spec, source, r.prompt, r.question_id, box)
+                    ref = s.actor.run.remote(spec, source, r.prompt, r.question_id, box,
+                                             report(i))  # fmt: skip
                     s.running[ref] = r.question_id
                     mine[ref] = (s, i)
 
@@ -604,6 +705,16 @@ def close_shared() -> None:
         _SHARED.clear()
     for ex in shared:
         ex.shutdown()
+
+
+def _take(tally: Any, key: str) -> int:
+    """The tokens the tally holds for `key` (a lost try), removed; 0 when it cannot say."""
+    if tally is None:
+        return 0
+    try:
+        return int(ray.get(tally.take.remote(key), timeout=TALLY_S))
+    except Exception:  # noqa: BLE001 - accounting only: the rollout is retried regardless
+        return 0
 
 
 def _stopped(r: Rollout, h: str, status: Status, error: str) -> Trajectory:

@@ -18,6 +18,8 @@ What the jailed side sees (`jail_mounts`): the system's executables and shared l
 interpreter binary, libpython, and the standard library with lib-dynload, with every
 site-packages / dist-packages folder under it hidden by an empty read-only tmpfs; then /dev/null,
 /dev/urandom, the files passed in `ro_files`, and a size-capped tmpfs scratch folder at /work.
+Every one is mounted nosuid, and nodev but the two devices, on both kinds (nsjail takes its
+mounts from a config file for that: its -R / -m flags cannot say it).
 No third-party package is reachable by any sys.path change; not the run directory, the task's
 references, the grader or the eval split, which live in the parent's memory and run directory.
 
@@ -48,6 +50,8 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import hashlib
+import json
 import os
 import resource
 import shutil
@@ -56,6 +60,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -389,8 +394,12 @@ def _nsjail_argv(
 ) -> list[str]:
     binary = nsjail_binary()
     assert binary is not None
+    # The mounts come from a config file, as nsjail's -R / -m flags cannot say nosuid or
+    # nodev. It goes first: nsjail applies a config's every field (defaults included: cwd
+    # "/", its own rlimits) where -C stands, so the flags after it must override them.
+    cfg = _nsjail_config(tuple(ro_files.items()), limits.scratch_mb * 1024 * 1024)
     # UTS and cgroup namespaces buy nothing here and cost start-up time under load.
-    cmd = [binary, "-Mo", "-Q", "--cwd", "/work", "--disable_clone_newuts",
+    cmd = [binary, "-C", cfg, "-Mo", "-Q", "--cwd", "/work", "--disable_clone_newuts",
            "--disable_clone_newcgroup"]  # fmt: skip
     if uid is not None:
         # Real root: mount as root, then drop to an unprivileged uid with no user namespace.
@@ -405,21 +414,62 @@ def _nsjail_argv(
         "--time_limit", "0",
         "--disable_proc",
     ]  # fmt: skip
-    m = jail_mounts()
-    for target, link in m.links:
-        cmd += ["-s", f"{target}:{link}"]
-    for path in m.binds:
-        cmd += ["-R", path]
-    for path in m.masks:  # root's 0555 tmpfs: the harness can neither list code there nor add it
-        cmd += ["-m", f"none:{path}:tmpfs:size=4096,mode=0555"]
-    for dev in _DEVICES:
-        cmd += ["-R", dev]
-    for host, inside in ro_files.items():
-        cmd += ["-R", f"{host}:{inside}"]
-    cmd += ["-m", f"none:/work:tmpfs:size={limits.scratch_mb * 1024 * 1024},mode=0777"]
     for fd in pass_fds:
         cmd += ["--pass_fd", str(fd)]
     return cmd + ["--", *argv]
+
+
+def _nsjail_mounts(ro_files: Sequence[tuple[str, str]], scratch_bytes: int) -> str:
+    """The jail's mounts in nsjail's config format (config.proto), as bubblewrap makes them:
+    every bind and tmpfs nosuid and nodev (the two devices only nosuid), read-only but the
+    scratch folder. Order matters: the masks go over the binds they hide parts of."""
+
+    def q(text: str) -> str:  # a text-proto string: JSON's escapes of `"` and `\\` agree
+        return json.dumps(text, ensure_ascii=False)
+
+    def mount(**fields: object) -> str:
+        body = " ".join(f"{k}: {q(v) if isinstance(v, str) else str(v).lower()}"
+                        for k, v in fields.items())  # fmt: skip
+        return f"mount {{ {body} }}\n"
+
+    m = jail_mounts()
+    safe = {"nosuid": True, "nodev": True}
+    out = [mount(src=target, dst=link, is_symlink=True) for target, link in m.links]
+    out += [mount(src=path, dst=path, is_bind=True, rw=False, **safe) for path in m.binds]
+    # root's 0555 tmpfs: the harness can neither list code there nor add it
+    out += [mount(dst=path, fstype="tmpfs", options="size=4096,mode=0555", rw=False, **safe)
+            for path in m.masks]  # fmt: skip
+    out += [mount(src=d, dst=d, is_bind=True, rw=False, nosuid=True) for d in _DEVICES]
+    out += [mount(src=h, dst=i, is_bind=True, rw=False, **safe) for h, i in ro_files]
+    out.append(mount(dst="/work", fstype="tmpfs", options=f"size={scratch_bytes},mode=0777",
+                     rw=True, **safe))  # fmt: skip
+    return "".join(out)
+
+
+_CONFIGS: dict[str, str] = {}  # content -> its file, checked once per process
+
+
+def _nsjail_config(ro_files: tuple[tuple[str, str], ...], scratch_bytes: int) -> str:
+    """A file holding `_nsjail_mounts(...)`, named by its content's hash, in the user's cache
+    (as the compiled worker: not a shared /tmp where another user could plant one); written
+    whole (tmp + rename), and again when what is there is not that content."""
+    text = _nsjail_mounts(ro_files, scratch_bytes)
+    known = _CONFIGS.get(text)
+    if known is not None:
+        return known
+    root = Path(os.environ.get("WHALE_CACHE") or Path.home() / ".cache" / "whale") / "nsjail"
+    root.mkdir(parents=True, exist_ok=True)
+    path = root / f"mounts-{hashlib.sha256(text.encode()).hexdigest()[:16]}.cfg"
+    try:
+        intact = path.read_text(encoding="utf-8") == text
+    except (OSError, UnicodeDecodeError):
+        intact = False
+    if not intact:
+        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    _CONFIGS[text] = str(path)
+    return str(path)
 
 
 def _bwrap_argv(

@@ -10,7 +10,7 @@ from whale.harness.broker import Runtime
 from whale.harness.budget import Budget, Limits, PythonToolLimits
 from whale.harness.executor import ExecutorConfig, make_executor
 from whale.harness.sandbox import Sandbox, SandboxKind
-from whale.models.base import ChatModel
+from whale.models.base import MAX_TEMPERATURE, ChatModel
 
 # Budget fields that may be 0 (a run that may not call the model at all is a real setting);
 # every other number of the budget and the limits must be positive.
@@ -37,6 +37,9 @@ class RuntimeConfig:
         if self.sandbox not in ("auto", "nsjail", "bwrap", "unsafe"):
             raise ValueError(f"sandbox: unknown {self.sandbox!r} (auto, nsjail, bwrap, unsafe)")
         at_least(self, 0.0, "temperature")
+        if self.temperature > MAX_TEMPERATURE:  # Sampling's range: no server gets more
+            raise ValueError(f"temperature: must be at most {MAX_TEMPERATURE:g} "
+                             f"(got {self.temperature!r})")  # fmt: skip
         at_least(self, -1, "warm")
         for name in ("budget", "limits", "python"):
             obj = getattr(self, name)

@@ -65,6 +65,9 @@ class Trajectory:
     # Times this rollout was run again because the executor's worker running it was lost
     # (a Ray actor that died); records from before the field read as 0.
     retries: int = 0
+    # Tokens of the model calls made by those lost tries (paid, though their trajectories
+    # died with the worker), as the worker's broker reported them; counted by tokens().
+    lost_tokens: int = 0
 
     def __post_init__(self) -> None:
         self._recorded = sum(_text_size(e) for e in self.events)
@@ -77,7 +80,8 @@ class Trajectory:
         return [_from_dict(ToolCall, e) for e in self.events if e["kind"] == "tool"]
 
     def tokens(self) -> int:
-        return sum(int(c.usage.get("total_tokens", 0)) for c in self.model_calls())
+        return self.lost_tokens + sum(int(c.usage.get("total_tokens", 0))
+                                      for c in self.model_calls())  # fmt: skip
 
     # -- records ---------------------------------------------------------------------------
     def add_model_call(self, call: ModelCall) -> None:

@@ -38,7 +38,10 @@ class ModelConfig:
     `endpoints`: base URLs of OpenAI-compatible servers that all serve `name` with the same
     weights; 2+ make a `Fleet` (load-balanced, failover, named `fleet:{name}` for the cache),
     one is the same as `base_url`. `max_concurrency`: calls in flight per fleet endpoint
-    (0: unbounded). `probe_s`: how often a fleet probes an endpoint that is down."""
+    (0: unbounded). `probe_s`: how often a fleet probes an endpoint that is down.
+    `attempt_timeout_s`: a fleet endpoint that gives one call no reply within this many
+    seconds is marked down and the call tried on another (0: off; a timed-out call still has
+    its endpoint probed, and marked down when the probe gets no answer either)."""
 
     name: str = DEFAULT_MODEL
     base_url: str | None = None
@@ -52,6 +55,7 @@ class ModelConfig:
     endpoints: list[str] = field(default_factory=list)
     max_concurrency: int = 0
     probe_s: float = 5.0
+    attempt_timeout_s: float = 0.0
 
     def validate(self) -> None:
         """Ranges, checked by `whale.config.build` (which has checked the types)."""
@@ -60,6 +64,7 @@ class ModelConfig:
         at_least(self, 1, "n_ctx", "threads")
         at_least(self, 0, "retries", "max_concurrency")
         above(self, 0, "timeout_s", "probe_s")
+        at_least(self, 0, "attempt_timeout_s")
         check_endpoints(self.endpoints)
         if self.endpoints and (self.base_url or "@" in self.name):
             raise ValueError("endpoints: give the servers either as endpoints or as base_url "
@@ -88,6 +93,7 @@ def build_model(cfg: ModelConfig) -> ChatModel:
             name, cfg.endpoints, api_key=os.environ.get(cfg.api_key_env),
             max_concurrency=cfg.max_concurrency, retries=min(cfg.retries, 1),
             timeout_s=cfg.timeout_s, probe_s=cfg.probe_s,
+            attempt_timeout_s=cfg.attempt_timeout_s,
         )  # fmt: skip
     elif base_url:
         model = OpenAICompatible(

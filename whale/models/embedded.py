@@ -49,7 +49,7 @@ from pathlib import Path
 
 import httpx
 
-from whale.models import native, serverproc
+from whale.models import native, serverproc, vocab
 from whale.models.base import Completion, ContextOverflow, Message, ModelError, Sampling
 from whale.models.openai_compat import OpenAICompatible
 
@@ -144,6 +144,17 @@ class EmbeddedLlama:
         self._lock = threading.Lock()
         self._turns: threading.Semaphore | None = None  # one per call the server decodes
         self.log_path: Path | None = None
+
+    def prompt_char_limit(self) -> int | None:
+        """The most characters of message text one call can carry and still fit (the broker
+        refuses more before sending): `n_ctx * slots` tokens, the whole KV cache and so the
+        most any one request can be given whatever the server's slot policy, times the
+        longest token of the vocabulary in bytes (see `vocab`). An upper bound: it never
+        refuses a prompt that fits, as long as the chat template keeps each message's text,
+        and it is far below the sizes that inflated the server (Qwen2.5 at n_ctx 4096: 4.2M
+        characters, against three 7.5 MB messages). None where the vocabulary is unreadable."""
+        longest = vocab.longest_token_bytes(self.gguf)
+        return None if longest is None else self.n_ctx * self.slots * longest
 
     @property
     def started(self) -> bool:

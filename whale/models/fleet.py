@@ -14,15 +14,26 @@ other 4xx) or whose time is spent (ModelTimeout) is not tried elsewhere. With
 every endpoint down, a call waits up to its timeout for one to come back, then fails with
 ModelUnreachable naming each endpoint and its last error.
 
+Hung endpoints (they accept calls and never answer): a call that times out on an endpoint
+has the endpoint probed at once, in the background; when the probe gets no 200 either, the
+endpoint is marked down (and probed back as above), so later calls go elsewhere. A merely
+slow server answers the probe and stays up. With `attempt_timeout_s` (0: off), an attempt
+that gets no reply within that many seconds of the fleet's own bound is a server fault: the
+endpoint is marked down at once and the call is tried on another endpoint with the time it
+has left (a slow but live server is put back by the next probe). A caller's shorter timeout
+never marks an endpoint down by itself: only the probe does.
+
 `name` is `fleet:{model}`: the response cache and records see one model however many
 endpoints serve it, so EVERY ENDPOINT OF A FLEET MUST SERVE THE SAME WEIGHTS under the same
 model name; nothing checks that. Which endpoint answered is in `served_by` (per thread, the
 latest call) and in `stats()`.
 
-Not covered: an endpoint that accepts calls and never answers (a hung server) is not marked
-down (its calls time out, and a slow generation looks the same); the probe does not check
-that the endpoint lists the model; one API key (from `api_key`) is sent to every endpoint;
-no weights per endpoint (a faster server gets more calls only by finishing sooner).
+Not covered: a server whose HTTP side answers the probe while its generation is stuck stays
+up (it looks slow, not hung; `attempt_timeout_s` still fails its calls over); the calls in
+flight on a hung endpoint when it is marked down each wait out their own time (or attempt
+time); the probe does not check that the endpoint lists the model; one API key (from
+`api_key`) is sent to every endpoint; no weights per endpoint (a faster server gets more
+calls only by finishing sooner).
 """
 
 from __future__ import annotations
@@ -121,6 +132,7 @@ class _State:
     up: bool = True
     last_error: str = ""  # of the latest call that failed here
     probe_error: str = ""  # of the latest probe that failed
+    checking: bool = False  # a probe after a timed-out call is running
 
 
 class Fleet:
@@ -137,20 +149,24 @@ class Fleet:
         probe_s: float = 5.0,
         max_attempts: int | None = None,
         token_ids: bool = False,
+        attempt_timeout_s: float = 0.0,
     ) -> None:
         """`retries`/`backoff_s`: each endpoint's own retries of one call (keep 0-1: the other
         endpoints are the retry). `max_attempts` (default 3 per endpoint): failovers of one
         call in all, so that endpoints that fail, pass the probe and fail again cannot loop a
-        call until its timeout."""
+        call until its timeout. `attempt_timeout_s`: see the module (0: off)."""
         urls = check_endpoints(endpoints)
         if not urls:
             raise ValueError("a fleet needs at least one endpoint")
         if max_concurrency < 0 or retries < 0 or not probe_s > 0 or not timeout_s > 0:
             raise ValueError("max_concurrency, retries >= 0 and probe_s, timeout_s > 0 needed")
+        if not attempt_timeout_s >= 0:
+            raise ValueError("attempt_timeout_s >= 0 needed (0: off)")
         self.model = model
         self.name = f"fleet:{model}"
         self.api_key, self.token_ids = api_key, token_ids  # what a copy elsewhere needs
         self.max_concurrency, self.timeout_s, self.probe_s = max_concurrency, timeout_s, probe_s
+        self.attempt_timeout_s = attempt_timeout_s
         self.max_attempts = max_attempts if max_attempts is not None else 3 * len(urls)
         self._eps = [
             _State(_Endpoint(model, u, api_key=api_key, retries=retries, backoff_s=backoff_s,
@@ -180,14 +196,21 @@ class Fleet:
         for _ in range(self.max_attempts):
             ep = self._acquire(deadline, timeout)
             left = deadline - time.monotonic()
+            # The fleet's own bound on one attempt, when it is tighter than the call's.
+            bounded = 0 < self.attempt_timeout_s < left
             try:
                 if left <= 0:
                     raise ModelTimeout(f"{self.name}: no reply within {timeout:.1f} s")
                 ep.client.take_status()
-                c = ep.client.chat(messages, sampling, left)
+                c = ep.client.chat(messages, sampling, self.attempt_timeout_s if bounded else left)
             except ModelError as e:
-                server_fault = self._server_fault(ep, e)
-                self._release(ep, "down" if server_fault else "error", str(e))
+                hung = bounded and isinstance(e, ModelTimeout)
+                server_fault = hung or self._server_fault(ep, e)
+                why = (f"no reply within attempt_timeout_s = {self.attempt_timeout_s:g} s "
+                       "(hung?)" if hung else str(e))  # fmt: skip
+                self._release(ep, "down" if server_fault else "error", why)
+                if isinstance(e, ModelTimeout) and not server_fault:
+                    self._check_after_timeout(ep)  # hung, or slow? the probe tells
                 if self._closed:
                     raise ModelError(f"{self.name}: fleet closed") from None
                 if not server_fault:
@@ -249,16 +272,40 @@ class Fleet:
             if outcome == "ok":
                 ep.served += 1
             elif outcome == "down":
-                ep.failures += 1
-                ep.last_error = error[:300]
-                ep.up = False
-                if self._prober is None and not self._closed:
-                    self._prober = threading.Thread(target=self._probe_loop, daemon=True,
-                                                    name=f"{self.name} probe")  # fmt: skip
-                    self._prober.start()
+                self._mark_down(ep, error)
             else:
                 ep.errors += 1
             self._cond.notify_all()
+
+    def _mark_down(self, ep: _State, error: str) -> None:
+        """Take `ep` out and start the prober (holding self._cond)."""
+        ep.failures += 1
+        ep.last_error = error[:300]
+        ep.up = False
+        if self._prober is None and not self._closed:
+            self._prober = threading.Thread(target=self._probe_loop, daemon=True,
+                                            name=f"{self.name} probe")  # fmt: skip
+            self._prober.start()
+
+    def _check_after_timeout(self, ep: _State) -> None:
+        """Probe `ep` now, in the background, after a call timed out on it: no 200 from the
+        probe either and it is marked down (a hung server), else it stays up (a slow one).
+        One such probe per endpoint at a time."""
+        with self._cond:
+            if ep.checking or not ep.up or self._closed:
+                return
+            ep.checking = True
+
+        def check() -> None:
+            problem = ep.client.probe(timeout=min(self.probe_s, 10.0))
+            with self._cond:
+                ep.checking = False
+                if problem is not None and ep.up and not self._closed:
+                    ep.probe_error = problem[:300]
+                    self._mark_down(ep, f"a call timed out here and {problem}")
+                    self._cond.notify_all()
+
+        threading.Thread(target=check, daemon=True, name=f"{self.name} check").start()
 
     def _probe_loop(self) -> None:
         """Every probe_s, probe each down endpoint; ends when none is down or on close."""

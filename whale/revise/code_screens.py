@@ -20,8 +20,8 @@ line) or nothing:
 - `DuplicateScreen`: a candidate that copies a kept one up to formatting, comments,
   docstrings, the names of its variables, the order of its top-level functions, the order of
   dict-literal keys, and functions `run` never reaches (dead code padding).
-- `ReviewerScreen`: a model reads the candidate and the task and says whether it reaches
-  oracle information instead of computing the answer.
+- `ReviewerScreen` (`whale/revise/reviewer.py`): a model reads the candidate and the task and
+  says whether it reaches oracle information instead of computing the answer; advisory.
 
 Not covered (the checks are static): code assembled from strings at run time, attribute names
 computed at run time (`getattr(x, name)`), `env`'s private attributes (every call still crosses
@@ -37,12 +37,12 @@ import hashlib
 import math
 import re
 from collections.abc import Callable
-from importlib import resources
-from typing import Any
 
 from whale.harness.contract import MAX_SOURCE_CHARS, run_contract_fault
-from whale.models import ChatModel, ModelError, Sampling
+from whale.revise.reviewer import ReviewerScreen
 from whale.revise.screens import AnswerEchoScreen
+
+__all__ = ["DuplicateScreen", "ReviewerScreen", "interface_violations", "screen_candidate"]
 
 FORBIDDEN_MODULES = frozenset(
     """os sys subprocess socket shutil pathlib io ctypes multiprocessing signal pickle marshal
@@ -463,54 +463,6 @@ class DuplicateScreen:
 
 
 # --- reviewer --------------------------------------------------------------------------------
-
-MAX_REVIEW_CHARS = 30_000
-_VERDICT = re.compile(r"^[\s*_`#>]*VERDICT\s*:\s*[*_`]*\s*(OK|REJECT)\b[*_`]*[\s.:\-–—]*(.*)$",
-                      re.IGNORECASE)  # fmt: skip
-
-
-class ReviewerScreen:
-    """A reviewer model's verdict on whether a harness reaches oracle information (prompt:
-    `prompts/reviewer.txt`). Conservative: a reply without a verdict on its first line, a
-    failed model call, or a harness too long to show whole (`MAX_REVIEW_CHARS`) rejects the
-    candidate, since teacher data must hold only verified edits; the reason says "no verdict"."""
-
-    def __init__(self, model: ChatModel, sampling: Sampling | None = None) -> None:
-        self.model = model
-        self.sampling = sampling or Sampling(max_tokens=200, temperature=0.0, seed=0)
-        prompts = resources.files("whale.revise").joinpath("prompts")
-        self.template = prompts.joinpath("reviewer.txt").read_text(encoding="utf-8").strip()
-
-    def prompt(self, source: str, task_description: str) -> str:
-        # a fence longer than any run of backticks in the source: a harness cannot close it
-        # and go on as instructions to the reviewer
-        longest = max((len(m) for m in re.findall(r"`+", source)), default=0)
-        values = {"description": task_description.strip() or "(none given)", "source": source,
-                  "fence": "`" * max(3, longest + 1)}  # fmt: skip
-        return re.sub(r"\{(description|source|fence)\}", lambda m: values[m.group(1)],
-                      self.template)  # fmt: skip
-
-    def check(self, source: str, task_description: str) -> str | None:
-        """None on `VERDICT: OK`; "reviewer: <reason>" on REJECT; "reviewer: no verdict
-        (<why>)" when there is no verdict."""
-        if len(source) > MAX_REVIEW_CHARS:
-            return f"reviewer: no verdict (harness of {len(source)} chars is over the limit)"
-        content = self.prompt(source, task_description)
-        messages: list[dict[str, Any]] = [{"role": "user", "content": content}]
-        try:
-            text = self.model.chat(messages, self.sampling).text
-        except ModelError as e:
-            return f"reviewer: no verdict ({type(e).__name__}: {e})"
-        lines = [ln for ln in (text or "").strip().splitlines() if ln.strip()]
-        m = _VERDICT.match(lines[0]) if lines else None
-        if m is None:
-            shown = lines[0][:80] if lines else "empty reply"
-            return f"reviewer: no verdict (the reply does not open with a verdict: {shown!r})"
-        if m.group(1).upper() == "OK":
-            return None
-        reason = " ".join([m.group(2).strip(), *(ln.strip() for ln in lines[1:])]).strip()
-        return f"reviewer: {reason[:300] or 'rejected without a reason'}"
-
 
 # --- all screens -----------------------------------------------------------------------------
 

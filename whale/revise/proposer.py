@@ -17,8 +17,10 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
+from whale.config import at_least, at_most, one_of
 from whale.harness import Budget
 from whale.models import ChatModel, ModelError, Sampling
+from whale.models.base import MAX_TEMPERATURE
 from whale.revise.grammar import edit_grammar
 
 
@@ -34,6 +36,13 @@ class ProposerConfig:
     # Blocks the grammar allows. Measured here, the 1.5B under a 3-block grammar wrote
     # overlapping blocks in 6 of 12 proposals (3 rounds on rg:basic_arithmetic).
     grammar_blocks: int = 1
+
+    def validate(self) -> None:
+        """Ranges; the temperature's is Sampling's (a value no server gets is refused here)."""
+        at_least(self, 0.0, "temperature")
+        at_most(self, MAX_TEMPERATURE, "temperature")
+        at_least(self, 1, "max_tokens", "concurrency", "grammar_blocks")
+        one_of(self, "grammar", ("auto", "on", "off"))
 
 
 def load_template(name: str) -> str:

@@ -71,9 +71,7 @@ class AdaptConfig:
         if self.noise_k != 0 and self.noise_k < 2:
             raise ValueError(f"noise_k: {self.noise_k} (0 is off; otherwise k >= 2 rescorings)")
         with part("propose"):
-            at_least(self.propose, 0.0, "temperature")
-            at_least(self.propose, 1, "max_tokens", "concurrency", "grammar_blocks")
-            one_of(self.propose, "grammar", ("auto", "on", "off"))
+            self.propose.validate()
         with part("report"):
             at_least(self.report, 1, "char_budget")
             at_least(self.report, 0, "max_failures", "max_correct")

@@ -4,7 +4,8 @@ With the default shared dev pool the report shows the expected answers of the ve
 that score candidates, so a proposer can climb by writing `{"What is 3 + 7?": "10"}` or
 `if "3 + 7" in q: return "10"`. Before a candidate is scored, `AnswerEchoScreen.check` reads
 its constants (the `ast.Constant` values of its syntax tree: strings, ints, floats, with `-n`
-folded; never substrings of the code) and looks for evidence about each dev question q:
+folded, and bytes decoded to text, including `bytes([...])` / `bytearray(...)` / `fromhex` of
+constants; never substrings of the code) and looks for evidence about each dev question q:
 
 - answer (A): a constant equal to q's reference answer (or an alias): numerically for numbers
   (int 10, "10", "10.0"), after `normalize_answer` for text; an answer of 12+ normalized chars
@@ -114,10 +115,13 @@ def _distinctive_text(t: str) -> bool:
 
 def _constants(source: str) -> tuple[set[str], set[Fraction], set[str]]:
     """(string constants, numeric constants, normalized string constants) of `source`'s AST;
-    empty sets for a source that does not parse (Apply has refused it already)."""
+    empty sets for a source that does not parse (Apply has refused it already). Bytes count
+    as the text they decode to (`b'-4'`, `bytes([45, 52])`, `bytearray(b'-4')`,
+    `bytes.fromhex('2d34')`: a table keyed by `question.encode()` is a table of strings), and
+    so does every item of a folded tuple or frozenset constant."""
     try:
         tree = ast.parse(source)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return set(), set(), set()
     strings: set[str] = set()
     numbers: set[Fraction] = set()
@@ -132,17 +136,73 @@ def _constants(source: str) -> tuple[set[str], set[Fraction], set[str]]:
             if isinstance(v, int | float) and not isinstance(v, bool):
                 numbers.add(-_fraction(v))
                 negated.add(id(node.operand))
-        if isinstance(node, ast.Constant):
-            v = node.value
-            if isinstance(v, str):
-                strings.add(v)
-            elif isinstance(v, int | float) and not isinstance(v, bool) and id(node) not in negated:
-                numbers.add(_fraction(v))
+        if isinstance(node, ast.Call) and (data := _bytes_call(node)) is not None:
+            strings.update(_decoded(data))
+        if isinstance(node, ast.Constant) and id(node) not in negated:
+            _collect(node.value, strings, numbers)
     for s in strings:
         n = _number(s.strip())
         if n is not None:
             numbers.add(n)
     return strings, numbers, {normalize_answer(s) for s in strings if len(s) < 1000}
+
+
+def _collect(value: object, strings: set[str], numbers: set[Fraction], depth: int = 0) -> None:
+    """One constant's text and numbers: str, bytes (decoded), int and float, and the items
+    of a tuple or frozenset constant (the compiler folds those; `ast.parse` may not)."""
+    if isinstance(value, str):
+        strings.add(value)
+    elif isinstance(value, bytes | bytearray):
+        strings.update(_decoded(bytes(value)))
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        numbers.add(_fraction(value))
+    elif isinstance(value, tuple | frozenset) and depth < 20:
+        for item in value:
+            _collect(item, strings, numbers, depth + 1)
+
+
+def _decoded(data: bytes) -> set[str]:
+    """The texts bytes may stand for: UTF-8 where they decode, and Latin-1 (every byte one
+    character), so that neither a non-UTF-8 byte nor an encoding choice hides an ASCII
+    answer."""
+    out = {data.decode("latin-1")}
+    try:
+        out.add(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        pass
+    return out
+
+
+_BYTES_TYPES = ("bytes", "bytearray")
+
+
+def _bytes_call(node: ast.Call) -> bytes | None:
+    """The bytes a call of constants builds: `bytes([45, 52])`, `bytearray((45, 52))` (a
+    list or tuple of ints 0-255), `bytes.fromhex("2d34")`; None for anything else.
+    (`bytearray(b"-4")` needs nothing: its bytes constant is read where it stands.)"""
+    if len(node.args) != 1 or node.keywords:
+        return None
+    arg, f = node.args[0], node.func
+    if isinstance(f, ast.Name) and f.id in _BYTES_TYPES:
+        if isinstance(arg, ast.List | ast.Tuple) and len(arg.elts) <= 100_000:
+            items = [e.value for e in arg.elts if isinstance(e, ast.Constant)]
+            ints = [v for v in items if type(v) is int and 0 <= v < 256]
+            if len(ints) == len(arg.elts):
+                return bytes(ints)
+        return None
+    if (
+        isinstance(f, ast.Attribute)
+        and f.attr == "fromhex"
+        and isinstance(f.value, ast.Name)
+        and f.value.id in _BYTES_TYPES
+        and isinstance(arg, ast.Constant)
+        and isinstance(arg.value, str)
+    ):
+        try:
+            return bytes.fromhex(arg.value)
+        except ValueError:
+            return None
+    return None
 
 
 def _fraction(v: int | float) -> Fraction:

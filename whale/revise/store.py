@@ -8,10 +8,13 @@ reused only by a request that would have produced it. Any later request for the 
 answered from the store, so identical candidates are scored once and a killed run, resumed,
 pays for nothing twice. Proposals are stored per round for the same reason.
 
-Nothing read back is trusted: a ledger row of the wrong shape, a row without a fingerprint
-(written by a whale before fingerprints, whose resume accepted config changes, so what
-produced it is unknown), a harness file whose content does not hash to its name, or an
-outcome whose trajectory is missing, is a `RecordError` naming the file (and line).
+Records are opened without following links (`whale.records.open_record`): a ledger, a
+trajectory file or a sub-folder replaced by a symlink is a `RecordError` naming it, so a
+resume stops before it writes anywhere. Nothing read back is trusted: a ledger row of the
+wrong shape, a row without a fingerprint (written by a whale before fingerprints, whose
+resume accepted config changes, so what produced it is unknown), a harness file whose content
+does not hash to its name, or an outcome whose trajectory is missing, is a `RecordError`
+naming the file (and line).
 """
 
 from __future__ import annotations
@@ -27,7 +30,14 @@ from typing import Any
 
 from whale.evaluate import EvalResult, Outcome, evaluate
 from whale.harness import Runtime, Trajectory, harness_hash
-from whale.records import JsonlWriter, RecordError, iter_jsonl, read_json, write_atomic
+from whale.records import (
+    JsonlWriter,
+    RecordError,
+    iter_jsonl,
+    read_json,
+    record_dir,
+    write_atomic,
+)
 from whale.tasks import Question, Task
 
 Key = tuple[str, str, str]  # (fingerprint, harness hash, question id)
@@ -44,8 +54,10 @@ class OutcomeStore:
         self.dir = run_dir
         self.fingerprint = fingerprint
         self.dir.mkdir(parents=True, exist_ok=True)
-        (self.dir / "harnesses").mkdir(exist_ok=True)
-        (self.dir / "trajectories").mkdir(exist_ok=True)
+        # A sub-folder or ledger that is a link is refused (RecordError naming it): a resume
+        # must not write a run's records wherever a link points.
+        record_dir(self.dir / "harnesses")
+        record_dir(self.dir / "trajectories")
         self._outcomes: dict[Key, Outcome] = {}
         path = self.dir / "outcomes.jsonl"
         for n, row in iter_jsonl(path):
@@ -234,8 +246,7 @@ class RoundDir:
     written whole (tmp + rename), and read back as RecordError when it is not valid."""
 
     def __init__(self, run_dir: Path, t: int) -> None:
-        self.path = run_dir / f"round_{t:02d}"
-        self.path.mkdir(parents=True, exist_ok=True)
+        self.path = record_dir(run_dir / f"round_{t:02d}")
 
     def has(self, name: str) -> bool:
         return (self.path / name).exists()

@@ -11,6 +11,15 @@ against a named base candidate, or a whole harness in a fenced block, made into 
 budget and a completion-token budget; past either it ends with no submission, and says so.
 Every session (messages, calls, arguments, outputs, tokens) is written as JSON: training data.
 The history keeps a function call as its text form, so any server can read it back.
+
+A call is untrusted input: whatever it is, the agent gets an `error:` reply and the session
+goes on. Each call is reported to `on_step` before it runs (its output None) and again with
+its output, so a resumed session finds a call that was running when whale stopped (a crash, a
+kill) and answers it with an error instead of running it again: no call can end every resume.
+When the history outgrows the proposer's context (`ContextOverflow`), the oldest tool results
+are trimmed from what is sent, one at a time, keeping the system prompt, the brief and the
+latest result; the session keeps them all. When even that does not fit, the session ends,
+"context overflow", and its candidate with it.
 """
 
 from __future__ import annotations
@@ -21,7 +30,9 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from whale.models import ChatModel, ModelError, Sampling
+from whale.config import at_least, at_most, one_of
+from whale.models import ChatModel, Completion, ContextOverflow, ModelError, Sampling
+from whale.models.base import MAX_TEMPERATURE
 from whale.records import write_atomic
 from whale.revise.edits import apply_edits
 from whale.revise.grammar import REPLACE_RULES, search_rules
@@ -32,7 +43,9 @@ from whale.search.tools import (
     ArchiveTools,
     ToolCall,
     ToolRefused,
+    load_args,
     parse_call,
+    valid_text,
 )
 
 # One optional line of thought, then the CALL line with flat JSON arguments (strings and
@@ -94,12 +107,6 @@ TOOL_SCHEMAS = json.dumps([
 ])  # fmt: skip
 
 
-def valid_text(text: str) -> str:
-    """A model's reply with lone surrogates (valid JSON escapes, not encodable text) replaced,
-    so that the session, the archive and the harness files it may become can be written."""
-    return text.encode("utf-8", "replace").decode("utf-8")
-
-
 def _literal_gbnf(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
@@ -117,6 +124,15 @@ class AgentConfig:
     protocol: str = "auto"
     grammar: str = "auto"  # "auto": constrain llama.cpp backends (embedded:*), "on", "off"
     grammar_bases: int = 3  # under the grammar, submit may name one of the top-k candidates
+
+    def validate(self) -> None:
+        """Ranges; the temperature's is Sampling's (a value no server gets is refused here)."""
+        at_least(self, 1, "max_steps", "max_tokens", "step_tokens", "tool_chars",
+                 "grammar_bases")  # fmt: skip
+        at_least(self, 0.0, "temperature")
+        at_most(self, MAX_TEMPERATURE, "temperature")
+        one_of(self, "grammar", ("auto", "on", "off"))
+        one_of(self, "protocol", ("auto", "text", "functions"))
 
 
 @dataclass
@@ -138,8 +154,11 @@ class Session:
     messages: list[dict[str, str]] = field(default_factory=list)
     calls: list[dict[str, Any]] = field(default_factory=list)
     tokens: int = 0
-    ended: str = ""  # "submitted", "step budget", "token budget", "model error: ..."
+    # "submitted", "step budget", "token budget", "model error: ...", "context overflow: ...",
+    # "failed: ..." (a failure whale does not know: it ends this candidate, not the search)
+    ended: str = ""
     submission: Submission | None = None
+    trimmed: int = 0  # the oldest tool results left out of what is sent (context overflow)
 
     def save(self, path: Path) -> None:
         """Whole or not at all. Saved after every step, so shallow and unindented: a deep copy
@@ -186,17 +205,49 @@ def function_call(calls: list[dict[str, str]]) -> ToolCall:
     """The first function call of a reply as a ToolCall (submit's `edits` become its body), or
     ToolRefused saying what is wrong."""
     first = calls[0]
-    name = valid_text(first.get("name", ""))
+    if not isinstance(first, dict):
+        raise ToolRefused("a function call must be an object with a name and arguments")
+    name = valid_text(str(first.get("name") or ""))
     if name not in TOOL_NAMES:
         raise ToolRefused(f"unknown tool {name!r}; tools: {', '.join(TOOL_NAMES)}")
-    try:
-        args = json.loads(first.get("arguments") or "{}")
-    except ValueError as e:
-        raise ToolRefused(f"the arguments of {name} are not valid JSON ({e})") from None
-    if not isinstance(args, dict):
-        raise ToolRefused(f"the arguments of {name} must be a JSON object")
+    args = load_args(name, first.get("arguments") or "{}")
     body = str(args.pop("edits", "")) if name == "submit" else ""
-    return ToolCall(name, args, valid_text(body))
+    return ToolCall(name, args, body)
+
+
+def _read_call(c: Completion, text: str) -> tuple[ToolCall | None, str]:
+    """The reply's call, or None and the error the agent reads; never raises (a reply is
+    untrusted input, and one that raised ended the search)."""
+    try:
+        return (function_call(c.tool_calls) if c.tool_calls else parse_call(text)), ""
+    except ToolRefused as e:
+        return None, f"error: {e}"
+    except Exception as e:  # not foreseen: the agent reads it, the session goes on
+        return None, f"error: the call could not be read ({type(e).__name__}: {str(e)[:300]})"
+
+
+def trimmed_view(messages: list[dict[str, str]], n: int) -> list[dict[str, str]]:
+    """`messages` with the `n` oldest tool results (user messages after the brief) replaced by
+    a short note: what is sent when the whole history does not fit the proposer's context."""
+    out, left = [], n
+    for k, m in enumerate(messages):
+        if left > 0 and k >= 2 and m["role"] == "user":
+            left -= 1
+            note = (f"RESULT:\n[older result trimmed to fit the context ({len(m['content'])} "
+                    "chars); call the tool again to see it]")  # fmt: skip
+            if len(note) < len(m["content"]):  # a short result is kept: the note is no shorter
+                m = {"role": "user", "content": note}
+        out.append(m)
+    return out
+
+
+def _trimmable(messages: list[dict[str, str]]) -> int:
+    """How many tool results may be trimmed: all but the latest (the brief, messages[1], never)."""
+    return max(0, sum(m["role"] == "user" for m in messages[2:]) - 1)
+
+
+PENDING = ("error: whale stopped while this call was running (a crash or a kill), so it is not "
+           "run again")
 
 
 class ProposerAgent:
@@ -220,10 +271,15 @@ class ProposerAgent:
             resume: Session | None = None,
             on_step: Callable[[Session], None] | None = None) -> Session:  # fmt: skip
         """One session; `brief` says where the search stands (the top candidates). `on_step`
-        is called after every step (the loop saves the session there), and `resume`, such a
-        saved session, goes on from its last finished step, so a killed session pays again
-        at most the reply that was in flight."""
+        is called before each call runs and after every step (the loop saves the session
+        there), and `resume`, such a saved session, goes on from its last step, so a killed
+        session pays again at most the reply that was in flight, and runs no call twice."""
         if resume is not None:
+            if resume.calls and resume.calls[-1].get("output") is None:
+                # The call in flight when whale stopped may be what stopped it: answered, not
+                # run again, so that no call can end every resume.
+                resume.calls[-1]["output"] = PENDING
+                self._answer(resume, len(resume.calls) - 1, PENDING, on_step)
             return self._steps(resume, len(resume.calls), seed, on_step)
         s = Session(iteration, index, seed)
         retrieve = (", and `env.tools.retrieve(query, k=5)` returns passages {id, title, text}"
@@ -252,43 +308,57 @@ class ProposerAgent:
                                 temperature=self.cfg.temperature, seed=seed + step,
                                 grammar=grammar,
                                 tools=TOOL_SCHEMAS if functions else None)  # fmt: skip
-            try:
-                c = self.model.chat(list(s.messages), sampling)
-            except ModelError as e:
-                s.ended = f"model error: {type(e).__name__}: {e}"
+            c = self._chat(s, sampling)
+            if c is None:
                 return s
             s.tokens += int(c.usage.get("completion_tokens", 0))
             text = valid_text(c.text)
-            call: ToolCall | None = None
-            try:
-                call = function_call(c.tool_calls) if c.tool_calls else parse_call(text)
-            except ToolRefused as e:
-                reply = f"error: {e}"
+            call, reply = _read_call(c, text)
             if call is not None and c.tool_calls:
                 # The history holds a function call as its text form, so that any server can
                 # read it back (no tool-call ids to keep consistent across backends).
                 text = f"CALL {call.name} {json.dumps(call.args)}"
                 text += f"\n{call.body}" if call.body else ""
             s.messages.append({"role": "assistant", "content": text})
-            if call is None:
-                s.calls.append({"step": step, "name": None, "args": {}, "output": reply})
-            elif call.name == "submit":
-                s.submission = self._submit(call.args, call.body)
-                s.calls.append({"step": step, "name": "submit", "args": call.args,
-                                "output": s.submission.reason or "accepted"})  # fmt: skip
-                s.ended = "submitted"
-                return s
-            else:
+            name, args = (call.name, call.args) if call is not None else (None, {})
+            s.calls.append({"step": step, "name": name, "args": args, "output": None})
+            if call is not None:
+                if on_step is not None:  # recorded before it runs: see the module docstring
+                    on_step(s)
+                if call.name == "submit":
+                    s.submission = self._submit(call.args, call.body)
+                    s.calls[-1]["output"] = s.submission.reason or "accepted"
+                    s.ended = "submitted"
+                    return s
                 reply = self.tools.call(call)
-                s.calls.append({"step": step, "name": call.name, "args": call.args,
-                                "output": reply})  # fmt: skip
-            remaining = self.cfg.max_steps - step - 1
-            note = "\n(Your next reply is the last: it must be a submit.)" if remaining == 1 else ""
-            s.messages.append({"role": "user", "content": f"RESULT:\n{reply}{note}"})
-            if on_step is not None:
-                on_step(s)
+            s.calls[-1]["output"] = reply
+            self._answer(s, step, reply, on_step)
         s.ended = "step budget"
         return s
+
+    def _chat(self, s: Session, sampling: Sampling) -> Completion | None:
+        """The model's reply to the session's history, trimmed as far as it must be to fit the
+        context; None, with `s.ended` saying why, when there is none."""
+        while True:
+            try:
+                return self.model.chat(trimmed_view(s.messages, s.trimmed), sampling)
+            except ContextOverflow as e:
+                if s.trimmed >= _trimmable(s.messages):
+                    s.ended = (f"context overflow: the brief and the latest step do not fit the "
+                               f"proposer's context ({str(e)[:300]})")  # fmt: skip
+                    return None
+                s.trimmed += 1
+            except ModelError as e:
+                s.ended = f"model error: {type(e).__name__}: {e}"
+                return None
+
+    def _answer(self, s: Session, step: int, reply: str,
+                on_step: Callable[[Session], None] | None) -> None:  # fmt: skip
+        remaining = self.cfg.max_steps - step - 1
+        note = "\n(Your next reply is the last: it must be a submit.)" if remaining == 1 else ""
+        s.messages.append({"role": "user", "content": f"RESULT:\n{reply}{note}"})
+        if on_step is not None:
+            on_step(s)
 
     def _submit(self, args: dict[str, Any], body: str) -> Submission:
         hypothesis = str(args.get("hypothesis", "")).strip().split("\n")[0][:300]
@@ -299,7 +369,11 @@ class ProposerAgent:
             parent = self.tools.archive.source(base)
         except ArchiveError as e:
             return Submission(hypothesis, base, body, None, False, f"submit: {e}")
-        res = apply_edits(parent, body)
+        try:
+            res = apply_edits(parent, body)
+        except Exception as e:  # not foreseen: an invalid candidate with its reason
+            why = f"submit failed ({type(e).__name__}: {str(e)[:300]})"
+            return Submission(hypothesis, base, body, None, False, why)
         if not res.ok:
             return Submission(hypothesis, base, body, None, False, res.reason, res.mode)
         return Submission(hypothesis, base, body, res.source, True, "", res.mode)

@@ -21,13 +21,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from whale.harness import Trajectory, harness_hash
-from whale.records import RecordError, read_json, read_jsonl, write_atomic
+from whale.records import JsonlWriter, RecordError, read_json, read_jsonl, write_atomic
 
 
 class ArchiveError(ValueError):
@@ -111,7 +112,7 @@ class Archive:
 
     def source(self, cid: str) -> str:
         meta = self.get(cid)
-        path = self.root / cid / "harness.py"
+        path = _regular(self.root / cid / "harness.py")
         if meta.hash is None or not path.exists():
             raise ArchiveError(f"candidate {cid} has no harness source (it was invalid)")
         text = path.read_text(encoding="utf-8")
@@ -120,10 +121,10 @@ class Archive:
         return text
 
     def outcomes(self, cid: str) -> list[dict[str, Any]]:
-        return read_jsonl(self.root / self.get(cid).id / "outcomes.jsonl")
+        return read_jsonl(_regular(self.root / self.get(cid).id / "outcomes.jsonl"))
 
     def trajectories(self, cid: str) -> dict[str, Trajectory]:
-        rows = read_jsonl(self.root / self.get(cid).id / "trajectories.jsonl")
+        rows = read_jsonl(_regular(self.root / self.get(cid).id / "trajectories.jsonl"))
         return {r["question_id"]: Trajectory.from_dict(r) for r in rows}
 
     # -- writes ------------------------------------------------------------------------------
@@ -160,8 +161,11 @@ class Archive:
         (tmp / "meta.json").write_text(json.dumps(asdict(meta), indent=2))
         os.replace(tmp, self.root / meta.id)
         self._metas[meta.id] = meta
-        with open(self.root / "summary.jsonl", "a", encoding="utf-8") as f:
-            f.write(json.dumps(asdict(meta)) + "\n")
+        w = JsonlWriter(self.root / "summary.jsonl")  # never through a link (whale.records)
+        try:
+            w.write(asdict(meta))
+        finally:
+            w.close()
         return meta
 
     def _sync_summary(self) -> None:
@@ -173,6 +177,18 @@ class Archive:
             rows = []
         if [r.get("id") for r in rows] != list(self._metas):
             write_atomic(path, "".join(json.dumps(asdict(m)) + "\n" for m in self._metas.values()))
+
+
+def _regular(path: Path) -> Path:
+    """`path`, unless something other than a regular file is there (a FIFO would block the
+    reader for ever; a link is not followed): ArchiveError. An absent file passes."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return path
+    if not stat.S_ISREG(mode):
+        raise ArchiveError(f"{path.parent.name}/{path.name} is not a regular file: not read")
+    return path
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -11,8 +11,11 @@
 
 Every rollout goes through the OutcomeStore (so a duplicate by hash, or a resumed run, pays
 nothing twice); every agent session is saved under `sessions/` before its candidate is scored,
-so a resume reuses it. Candidate ids are fixed by (iteration, index): `c0000` is the seed,
-`cJJMM` is iteration JJ's M-th candidate, and a resumed run skips what is archived.
+so a resume reuses it. A session that fails in a way whale does not know is saved with that
+reason and its candidate archived invalid ("no submission (failed: ...)"): it ends that
+candidate, not the search, and a resume reads the record instead of running it again.
+Candidate ids are fixed by (iteration, index): `c0000` is the seed, `cJJMM` is iteration JJ's
+M-th candidate, and a resumed run skips what is archived.
 """
 
 from __future__ import annotations
@@ -170,9 +173,10 @@ def brief(archive: Archive, tools: ArchiveTools, iteration: int, k: int = 5) -> 
 def _session(path: Path, agent: ProposerAgent, archive: Archive, j: int, i: int,
              cfg: SearchSettings) -> Session:  # fmt: skip
     """The agent session for candidate (j, i): from `path` when a resumed run already paid for
-    it, continued from its last logged step when a kill cut it short. Each step is appended to
-    `<cid>.steps.jsonl` as it finishes (one line: rewriting the whole session every step
-    cost the search ~1% of its wall time); the whole session goes to `path` at the end."""
+    it, continued from its last logged step when a kill cut it short. Each call is appended to
+    `<cid>.steps.jsonl` before it runs and again with its output (a line each: rewriting the
+    whole session every step cost the search ~1% of its wall time); the whole session goes to
+    `path` at the end, also when it failed, so a resume reads the failure, not runs it."""
     if path.exists():
         d = json.loads(path.read_text(encoding="utf-8"))
         sub = d.pop("submission", None)
@@ -186,21 +190,32 @@ def _session(path: Path, agent: ProposerAgent, archive: Archive, j: int, i: int,
             "calls": len(partial.calls) if partial else 0}  # fmt: skip
 
     def on_step(s: Session) -> None:
+        # "last": the latest call as it stands now; it was logged before it ran (output None)
+        # and this row may carry its output.
         log.write({
             "iteration": s.iteration, "index": s.index, "seed": s.seed, "tokens": s.tokens,
-            "messages": s.messages[seen["messages"]:], "calls": s.calls[seen["calls"]:],
+            "trimmed": s.trimmed, "messages": s.messages[seen["messages"]:],
+            "calls": s.calls[seen["calls"]:], "last": s.calls[-1] if s.calls else None,
         })  # fmt: skip
         seen.update(messages=len(s.messages), calls=len(s.calls))
 
+    seed = cfg.seed * 100_000 + j * 100 + i
+    failure: Exception | None = None
     try:
-        seed = cfg.seed * 100_000 + j * 100 + i
         s = agent.run(j, i, seed=seed, brief=brief(archive, agent.tools, j), resume=partial,
                       on_step=on_step)  # fmt: skip
+    except Exception as e:  # whale does not know this failure: it ends this candidate only
+        failure = e
     finally:
         log.close()
+    if failure is not None:  # the session as far as it was logged, with the reason
+        s = _replay(steps) or Session(j, i, seed)
+        s.ended = f"failed: {type(failure).__name__}: {str(failure)[:300]}"
+        if s.calls and s.calls[-1].get("output") is None:
+            s.calls[-1]["output"] = f"error: {s.ended}"
     if s.ended.startswith("model error"):  # its finished steps are logged; a resume goes on
         raise SearchStopped(f"the proposer failed in session {path.stem}: {s.ended}")
-    s.save(path)
+    s.save(path)  # read on resume, never run again
     steps.unlink(missing_ok=True)
     return s
 
@@ -214,7 +229,10 @@ def _replay(steps: Path) -> Session | None:
     for r in rows:
         s.messages += r["messages"]
         s.calls += r["calls"]
+        if r.get("last") is not None and s.calls:
+            s.calls[-1] = r["last"]
         s.tokens = r["tokens"]
+        s.trimmed = r.get("trimmed", 0)
     return s
 
 

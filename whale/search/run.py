@@ -19,7 +19,7 @@ from typing import Any
 import tomli_w
 
 from whale import config as cfgmod
-from whale.config import at_least, one_of, part
+from whale.config import at_least, part
 from whale.harness import RuntimeConfig, make_runtime
 from whale.harness.executor import EXECUTOR_RESUMABLE
 from whale.models import ChatModel, ModelConfig, close_model
@@ -70,11 +70,7 @@ class SearchConfig:
             raise cfgmod.ConfigError(f"patience must be [J_MIN, P_H] with P_H >= 1, got "
                                      f"{self.patience}")  # fmt: skip
         with part("agent"):
-            at_least(self.agent, 1, "max_steps", "max_tokens", "step_tokens", "tool_chars",
-                     "grammar_bases")
-            at_least(self.agent, 0.0, "temperature")
-            one_of(self.agent, "grammar", ("auto", "on", "off"))
-            one_of(self.agent, "protocol", ("auto", "text", "functions"))
+            self.agent.validate()
 
 
 # What a resumed search may change (nothing any recorded outcome or session depends on).

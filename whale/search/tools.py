@@ -6,6 +6,12 @@ link (the link itself or any folder on the way) is refused with a message the ag
 and never followed. `grep` is a case-insensitive fixed-string search (no regular expressions:
 an agent-written pattern could backtrack for minutes).
 
+Nothing an agent sends ends the search: any failure of a call (a path through a file, a name
+too long for the file system, a lone surrogate, arguments nested past Python's recursion
+limit, an error whale did not foresee) comes back to the agent as an `error:` reply. Only
+regular files are ever opened, with O_NONBLOCK | O_NOFOLLOW and checked on the open descriptor,
+so a FIFO or a device in the archive is refused, never read (a FIFO would block for ever).
+
 The text protocol (for backends without function calling, such as the embedded llama.cpp
 models): one reply is one call,
 
@@ -18,6 +24,7 @@ Anything else is answered with a message that says what was wrong and how a call
 from __future__ import annotations
 
 import difflib
+import io
 import json
 import os
 import re
@@ -58,7 +65,8 @@ class ArchiveTools:
         self._folders_cache: dict[Path, tuple[int, list[tuple[Path, str, str]], str]] = {}
 
     def call(self, c: ToolCall) -> str:
-        """Run one read-only tool; refusals and bad arguments come back as text."""
+        """Run one read-only tool. Every failure comes back as text the agent reads: a call is
+        untrusted input, and one that raised ended the whole search (issue 20)."""
         handlers: dict[str, Callable[[dict[str, Any]], str]] = {
             "list": self.ls, "read": self.read, "grep": self.grep, "diff": self.diff,
             "top": self.top, "failures": self.failures, "task": lambda a: self.task_description,
@@ -66,9 +74,17 @@ class ArchiveTools:
         if c.name not in handlers:
             return f"error: unknown tool {c.name!r}; tools: {', '.join(TOOL_NAMES)}"
         try:
-            return _clip(handlers[c.name](c.args), self.budget)
+            out = handlers[c.name](c.args)
         except (ToolRefused, ArchiveError, RecordError) as e:  # a cut record: say so
-            return f"error: {e}"
+            out = f"error: {e}"
+        except OSError as e:  # the archive's absolute path is none of the agent's business
+            out = f"error: {c.name} failed: {e.strerror or e}"
+        except Exception as e:  # not foreseen: still the agent's to read, not the run's end
+            why = str(e).replace(f"{self.root}/", "")[:300]
+            out = f"error: {c.name} failed ({type(e).__name__}: {why})"
+        # A file name that is not UTF-8 comes back from the file system as lone surrogates,
+        # which no server or record could take.
+        return valid_text(_clip(out, self.budget))
 
     # -- paths -------------------------------------------------------------------------------
     def resolve(self, rel: Any) -> Path:
@@ -78,11 +94,15 @@ class ArchiveTools:
             raise ToolRefused("path must be a string relative to the archive")
         if "\x00" in rel:
             raise ToolRefused("path contains a NUL byte")
+        if valid_text(rel) != rel:  # a lone surrogate: no file system name
+            raise ToolRefused("path is not valid UTF-8 text")
         if rel.startswith(("/", "~")) or re.match(r"^[A-Za-z]:", rel):
             raise ToolRefused(f"{rel!r} is outside the archive: paths are relative to it")
         parts = [p for p in rel.replace("\\", "/").split("/") if p not in ("", ".")]
         if ".." in parts:
             raise ToolRefused(f"{rel!r} is outside the archive: '..' is not allowed")
+        if any(len(p.encode()) > 255 for p in parts):
+            raise ToolRefused(f"{rel[:80]!r}…: a path component is over 255 bytes")
         path = self.root
         for p in parts:
             path = path / p
@@ -90,6 +110,10 @@ class ArchiveTools:
                 mode = os.lstat(path).st_mode
             except FileNotFoundError:
                 raise ToolRefused(f"{rel!r} does not exist") from None
+            except NotADirectoryError:
+                raise ToolRefused(f"{rel!r} does not exist: it goes through a file") from None
+            except OSError as e:
+                raise ToolRefused(f"{rel[:200]!r}: {e.strerror or 'cannot be read'}") from None
             if stat.S_ISLNK(mode):
                 raise ToolRefused(f"{rel!r} is a symbolic link; links are not followed")
         return path
@@ -104,15 +128,15 @@ class ArchiveTools:
             if p.name.startswith("."):
                 continue
             st = os.lstat(p)
-            kind = "link" if stat.S_ISLNK(st.st_mode) else "dir" if p.is_dir() else "file"
+            kind = ("link" if stat.S_ISLNK(st.st_mode) else "dir" if stat.S_ISDIR(st.st_mode)
+                    else "file" if stat.S_ISREG(st.st_mode) else "other")  # fmt: skip
             rows.append(f"{p.name}{'/' if kind == 'dir' else ''}\t{kind}\t{st.st_size}")
         return "\n".join(rows) or "(empty)"
 
     def read(self, args: dict[str, Any]) -> str:
         path = self.resolve(args.get("path"))
-        if not path.is_file():
-            raise ToolRefused(f"{args.get('path')!r} is not a file")
-        lines = path.read_text(encoding="utf-8", errors="replace").split("\n")
+        with _open_regular(path, args.get("path")) as fh:
+            lines = fh.read().split("\n")
         start, end = _int(args.get("start", 1), "start"), _int(args.get("end", len(lines)), "end")
         start, end = max(1, start), min(len(lines), end)
         return "\n".join(f"{i:4d}  {lines[i - 1]}" for i in range(start, end + 1))
@@ -122,9 +146,12 @@ class ArchiveTools:
         if not isinstance(needle, str) or not needle:
             raise ToolRefused("grep needs a non-empty string pattern (a fixed string)")
         base = self.resolve(args.get("path", "."))
+        mode = os.lstat(base).st_mode
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):  # a FIFO, a device, a socket
+            raise ToolRefused(f"{args.get('path')!r} is not a regular file or a folder")
         low = needle.lower()
         hits: list[str] = []
-        for folder in [base] if base.is_file() else self._folders(base):
+        for folder in [base] if stat.S_ISREG(mode) else self._folders(base):
             for f, text, lowered in self._contents(folder, low):
                 if low not in lowered:  # most files do not match: one scan, no split
                     continue
@@ -144,7 +171,10 @@ class ArchiveTools:
             for e in it:
                 if e.name.startswith(".") or e.is_symlink():
                     continue
-                (dirs if e.is_dir(follow_symlinks=False) else files).append(Path(e.path))
+                if e.is_dir(follow_symlinks=False):
+                    dirs.append(Path(e.path))
+                elif e.is_file(follow_symlinks=False):  # not a FIFO, a device, a socket
+                    files.append(Path(e.path))
         return sorted(files) + sorted(dirs)
 
     def _contents(self, path: Path, low: str) -> list[tuple[Path, str, str]]:
@@ -155,9 +185,10 @@ class ArchiveTools:
         that rules the folder out in one scan. A folder with a file over CACHE_FILE_BYTES is
         never cached, and of a large file only the matching lines are kept, so memory stays
         small whatever a harness made its records."""
-        if path.is_file():
+        st = os.lstat(path)
+        if stat.S_ISREG(st.st_mode):
             return [self._file(path, low)]
-        key = os.lstat(path).st_mtime_ns
+        key = st.st_mtime_ns
         hit = self._folders_cache.get(path)
         if hit is None or hit[0] != key:
             files = _files(path)
@@ -170,11 +201,11 @@ class ArchiveTools:
     def _file(self, f: Path, low: str) -> tuple[Path, str, str]:
         """One file, read now; of a large one only the lines holding `low` are kept (the
         others blank, so that line numbers hold)."""
-        if os.lstat(f).st_size <= CACHE_FILE_BYTES:
-            text = f.read_text(encoding="utf-8", errors="replace")
-            return f, text, text.lower()
-        with open(f, encoding="utf-8", errors="replace") as fh:
-            text = "\n".join(line.rstrip("\n") if low in line.lower() else "" for line in fh)
+        with _open_regular(f, str(f.relative_to(self.root))) as fh:
+            if os.fstat(fh.fileno()).st_size <= CACHE_FILE_BYTES:
+                text = fh.read()
+            else:
+                text = "\n".join(line.rstrip("\n") if low in line.lower() else "" for line in fh)
         return f, text, text.lower()
 
     def diff(self, args: dict[str, Any]) -> str:
@@ -221,6 +252,26 @@ def _files(root: Path) -> list[Path]:
     return out
 
 
+def _open_regular(path: Path, shown: Any) -> io.TextIOWrapper:
+    """`path` opened for reading text if it is a regular file, else ToolRefused. O_NONBLOCK:
+    opening a FIFO would block until a writer came; O_NOFOLLOW: a link swapped in after
+    `resolve` checked is not followed; the type is checked on the open descriptor."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ToolRefused(f"{shown!r} is not a regular file: not read")
+        return open(fd, encoding="utf-8", errors="replace")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def valid_text(text: str) -> str:
+    """`text` with lone surrogates (valid JSON escapes, not encodable text) replaced, so that
+    the session, the archive and the harness files it may become can be written."""
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
 def _int(v: Any, name: str) -> int:
     if isinstance(v, bool) or not isinstance(v, int):
         raise ToolRefused(f"{name} must be an integer")
@@ -247,11 +298,32 @@ def parse_call(text: str) -> ToolCall:
     name, raw = m.group(1), m.group(2)
     if name not in TOOL_NAMES:
         raise ToolRefused(f"unknown tool {name!r}. {PROTOCOL_HELP}")
-    try:
-        args = json.loads(raw) if raw else {}
-    except ValueError as e:
-        msg = f"the arguments of {name} are not valid JSON ({e}). {PROTOCOL_HELP}"
-        raise ToolRefused(msg) from None
-    if not isinstance(args, dict):
-        raise ToolRefused(f"the arguments of {name} must be a JSON object. {PROTOCOL_HELP}")
+    args = load_args(name, raw or "{}", f" {PROTOCOL_HELP}")
     return ToolCall(name, args, "\n".join(lines[at + 1 :]).strip("\n"))
+
+
+def load_args(name: str, raw: Any, help_: str = "") -> dict[str, Any]:
+    """A call's JSON arguments as a flat object of clean text and numbers, or ToolRefused.
+    Every tool takes flat arguments, so nesting is refused (5,000 levels raised RecursionError
+    in json.loads), and lone surrogates that the JSON escapes decode to are replaced (the
+    reply was cleaned before they existed; `"\\ud800"` as a path raised UnicodeEncodeError)."""
+    if isinstance(raw, dict):  # a backend that hands function arguments over decoded
+        args: Any = raw
+    elif not isinstance(raw, str):
+        raise ToolRefused(f"the arguments of {name} must be a JSON object.{help_}")
+    else:
+        try:
+            args = json.loads(raw)
+        except RecursionError:
+            raise ToolRefused(f"the arguments of {name} are nested too deep.{help_}") from None
+        except ValueError as e:
+            raise ToolRefused(f"the arguments of {name} are not valid JSON ({e}).{help_}") from None
+    if not isinstance(args, dict):
+        raise ToolRefused(f"the arguments of {name} must be a JSON object.{help_}")
+    flat: dict[str, Any] = {}
+    for k, v in args.items():
+        if isinstance(v, dict | list):
+            raise ToolRefused(f"the arguments of {name} must be flat: strings and integers, "
+                              f"no lists or objects ({valid_text(str(k))[:80]!r}).{help_}")
+        flat[valid_text(str(k))] = valid_text(v) if isinstance(v, str) else v
+    return flat

@@ -34,6 +34,7 @@ from functools import cached_property
 from typing import Any
 
 from whale.tasks.base import Grade, Question, UnknownTask
+from whale.tasks.expr_bounds import bounded_powers
 
 # Longest answer an audited scorer grades in this process; longer ones are graded in the jail
 # (with its timeout), so a quadratic scorer cannot stall the evaluator on a huge answer.
@@ -299,50 +300,7 @@ def plain_expression(text: str) -> bool:
             return False
         else:
             i += 1
-    return _bounded_powers(text)
-
-
-MAX_EXPONENT = 100.0
-
-
-def _bounded_powers(text: str) -> bool:
-    """No power tower (`9**9**9**9`) and no exponent over MAX_EXPONENT: either makes sympy
-    compute a number of millions of digits, a stall of the grader until its timeout, from one
-    answer. An exponent is a number, a name, or a parenthesized group holding neither a power
-    nor a number over the limit."""
-    t = re.sub(r"\s+", "", text).replace("**", "^")
-    for m in re.finditer(r"\^", t):
-        j = m.end() + (t[m.end() : m.end() + 1] in ("+", "-"))
-        if j >= len(t):
-            return False
-        if t[j].isdigit():
-            num = _NUMBER.match(t, j)
-            assert num is not None
-            if float(num.group(0)) > MAX_EXPONENT:
-                return False
-            end = num.end()
-        elif t[j].isalpha():
-            name = _NAME.match(t, j)
-            assert name is not None
-            end = name.end()
-            if t[end : end + 1] == "(":
-                return False
-        elif t[j] == "(":
-            depth, end = 0, j
-            while end < len(t):
-                depth += {"(": 1, ")": -1}.get(t[end], 0)
-                end += 1
-                if depth == 0:
-                    break
-            inner = t[j + 1 : end - 1]
-            big = any(float(x) > MAX_EXPONENT for x in _NUMBER.findall(inner))
-            if depth or "^" in inner or big:
-                return False
-        else:
-            return False
-        if t[end : end + 1] == "^":
-            return False
-    return True
+    return bounded_powers(text)  # powers bounded whatever the parenthesization (issue 20)
 
 
 _LITERAL_NODES = (ast.Expression, ast.Constant, ast.List, ast.Tuple, ast.Load,

@@ -4,7 +4,9 @@ Each model call of a trajectory becomes one example: the tokens of its prompt (t
 applied to the messages it was sent, with the generation prompt) followed by the tokens of its
 completion; labels are -100 on every prompt position, so system, user, tool and earlier
 assistant tokens are context only. Later calls repeat earlier completions inside their prompts;
-those are masked there (they are trained on in their own call's example).
+those are masked there (they are trained on in their own call's example). Which calls of a run
+are trained on at all is the weight phase's answer-provenance rule (`whale.train.provenance`,
+passed as `trajectory_examples(calls=...)`).
 
 Train on what was sampled. Where the backend recorded token ids they are used verbatim. Where
 it did not (llama.cpp's server gives none), the ids are rebuilt: the prompt by the tokenizer's
@@ -42,11 +44,12 @@ the trajectory size cap (skipped: their text is no longer what was sampled), and
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from whale.harness.trajectory import ModelCall, Trajectory
+from whale.train.provenance import NO_PROVENANCE
 
 IGNORE = -100
 END_OF_TURN = "<|im_end|>"
@@ -172,15 +175,22 @@ def call_example(call: ModelCall, tokenizer: Any, source: str, max_len: int) -> 
 
 
 def trajectory_examples(
-    traj: Trajectory, tokenizer: Any, max_len: int = 4096
+    traj: Trajectory, tokenizer: Any, max_len: int = 4096, calls: Collection[int] | None = None
 ) -> tuple[list[Example], list[Skip]]:
     """One example per model call of an (accepted) trajectory, in call order, and a Skip for
     each call that cannot be trained on. Whether the trajectory was accepted is the caller's
-    decision (the verifier's), not checked here."""
+    decision (the verifier's), not checked here. `calls`: the indices of the model calls that
+    may be trained on (those carrying the answer's provenance, `whale.train.provenance`); any
+    other call is a Skip "no answer provenance". None: every call."""
     examples: list[Example] = []
     skips: list[Skip] = []
     for i, call in enumerate(traj.model_calls()):
-        r = call_example(call, tokenizer, f"{traj.question_id}#{i}", max_len)
+        source = f"{traj.question_id}#{i}"
+        if calls is not None and i not in calls:
+            skips.append(Skip(source, f"{NO_PROVENANCE}: the answer is not in this completion "
+                                      "nor in the output of code it wrote"))  # fmt: skip
+            continue
+        r = call_example(call, tokenizer, source, max_len)
         (examples if isinstance(r, Example) else skips).append(r)  # type: ignore[arg-type]
     return examples, skips
 

@@ -3,11 +3,15 @@
 One weight step (`WeightPhase.step`), as in the paper: the served weights θ_old (base + the
 current LoRA adapter) run the frozen harness G times on each of the step's training prompts,
 through the real isolated runtime; only trajectories the task's binary verifier accepts
-(R(x, τ) = 1) enter S+; each model call of an accepted trajectory is one example (its prompt
-messages → its completion, loss on the completion tokens only, `whale.train.data`); one pass of
-LoRA SFT over S+ (`whale.train.sft.LoraTrainer`); the adapter is saved and served for the next
-rollouts (`whale.train.serving`). A step is `step_epochs` of the prompt pool (0.2 by default):
-one epoch is one pass over the pool, in an order reshuffled (seeded) every epoch.
+(R(x, τ) = 1) enter S+, and of those (`RsftSettings.provenance`, on by default) only the model
+calls whose completion produced the final answer (`whale.train.provenance`: the answer is in the
+completion, or in the output of Python code the completion wrote; an accepted run with no such
+call is recorded in `WeightStep.unproven` with the reason, and not trained on); each such model
+call is one example (its prompt messages → its completion, loss on the completion tokens only,
+`whale.train.data`); one pass of LoRA SFT over S+ (`whale.train.sft.LoraTrainer`); the adapter
+is saved and served for the next rollouts (`whale.train.serving`). A step is `step_epochs` of
+the prompt pool (0.2 by default): one epoch is one pass over the pool, in an order reshuffled
+(seeded) every epoch.
 
 Every sample is a rollout in the run's ledger (an `OutcomeStore`), under a question id of its
 own (`<id>@w<step>.<g>`) and a sampling seed of its own; a step whose record is on disk (with
@@ -29,9 +33,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from whale.config import above, at_least, part
+from whale.config import above, at_least, at_most, part
 from whale.harness import Runtime, RuntimeConfig, harness_hash, make_runtime
 from whale.models import CachedModel, ChatModel, Completion, Message, Sampling
+from whale.models.base import MAX_TEMPERATURE
 from whale.models.hf import adapter_digest
 from whale.records import JsonlWriter, RecordError, iter_jsonl
 from whale.revise.store import OutcomeStore
@@ -51,11 +56,16 @@ class RsftSettings:
     window: float = 0.2
     t_min: float = 0.2
     p_w: float = 0.2
+    # The answer-provenance rule for S+ (whale.train.provenance): train only on the model calls
+    # that produced the accepted answer. Off: every call of an accepted run, as the paper does
+    # (which trains on replies a harness asked for and ignored).
+    provenance: bool = True
 
     def validate(self) -> None:
         at_least(self, 1, "g")
         above(self, 0.0, "step_epochs", "window", "p_w")
         at_least(self, 0.0, "temperature", "t_min")
+        at_most(self, MAX_TEMPERATURE, "temperature")  # Sampling's range
         for name in ("lora", "sft"):
             with part(name):
                 getattr(self, name).validate()
@@ -75,6 +85,8 @@ class WeightStep:
     reward: float  # mean verifier reward of the step's samples (θ_old's training signal)
     examples: int = 0
     skips: dict[str, int] = field(default_factory=dict)  # reason -> examples not trained on
+    # Accepted runs left out of S+ by the answer-provenance rule: sample id -> why.
+    unproven: dict[str, str] = field(default_factory=dict)
     trained: bool = False
     skipped: str | None = None  # why no training happened, if none did
     loss: float | None = None
@@ -283,16 +295,32 @@ class WeightPhase:
 
     def _train(self, rec: WeightStep, accepted: list[Any], k: int) -> None:
         from whale.train.data import trajectory_examples
+        from whale.train.provenance import NO_PROVENANCE, answer_provenance
 
-        if self._tok is None:
-            self._tok = self.tokenizer()
         examples, skips = [], Counter[str]()
+        kept: list[tuple[Any, frozenset[int] | None]] = []
         for t in accepted:
+            calls = None
+            if self.settings.provenance:
+                prov = answer_provenance(t)
+                if not prov.calls:
+                    rec.unproven[t.question_id] = str(prov.reason)
+                    skips[NO_PROVENANCE] += len(t.model_calls())
+                    continue
+                calls = prov.calls
+            kept.append((t, calls))
+        if kept and self._tok is None:
+            self._tok = self.tokenizer()
+        for t, calls in kept:
             # An example over sft.max_len tokens (prompt + completion) is a recorded skip.
-            ex, sk = trajectory_examples(t, self._tok, self.settings.sft.max_len)
+            ex, sk = trajectory_examples(t, self._tok, self.settings.sft.max_len, calls)
             examples += ex
             skips.update(s.reason.split(":")[0] for s in sk)
         rec.examples, rec.skips = len(examples), dict(skips)
+        if not kept:
+            rec.skipped = (f"{NO_PROVENANCE}: none of the {len(accepted)} accepted runs' answers "
+                           "came from a completion (weight/steps.jsonl `unproven`)")  # fmt: skip
+            return
         if not examples:
             rec.skipped = f"no usable example in {len(accepted)} accepted runs: {dict(skips)}"
             return

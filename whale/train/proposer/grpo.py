@@ -67,6 +67,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from whale.models.base import MAX_TEMPERATURE
+from whale.records import JsonlWriter
 from whale.train.data import end_of_turn_id, template_ids
 from whale.train.sft import LoraSettings
 
@@ -118,7 +120,8 @@ class GRPOSettings:
             (self.g >= 2, "g must be >= 2 (advantages are relative to the group)"),
             ((self.contexts_per_update * self.g) % self.micro_batch == 0,
              "micro_batch must divide contexts_per_update * g"),
-            (self.lr > 0 and self.temperature > 0, "lr and temperature must be > 0"),
+            (self.lr > 0 and 0 < self.temperature <= MAX_TEMPERATURE,
+             f"lr must be > 0 and temperature in (0, {MAX_TEMPERATURE}]"),
             (self.beta >= 0 and 0 < self.epsilon < 1, "beta must be >= 0, epsilon in (0, 1)"),
             (self.generation in GENERATIONS, f"generation must be one of {GENERATIONS}"),
             (self.generation != "vllm" or self.vllm_url.startswith(("http://", "https://")),
@@ -351,8 +354,11 @@ def _classes() -> tuple[Any, Any]:
             )  # fmt: skip
             text = json.dumps(asdict(row))
             (Path(args.output_dir) / f"checkpoint-{n}" / UPDATE_FILE).write_text(text)
-            with open(self.out / ROWS_FILE, "a") as f:
-                f.write(text + "\n")
+            rows_f = JsonlWriter(self.out / ROWS_FILE)  # never through a link (whale.records)
+            try:
+                rows_f.write(asdict(row))
+            finally:
+                rows_f.close()
             self.clock.reset()
             self.say(f"grpo update {n}/{self.total}: reward {row.reward_mean:.3f} ± "
                      f"{row.reward_std:.3f}; generation {row.generation_s:.1f}s, reward "

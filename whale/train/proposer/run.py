@@ -112,7 +112,7 @@ class ProposerTrainConfig:
             self.families.validate()
         if self.phases < 1 or self.workers < 1:
             raise cfgmod.ConfigError("phases and workers must be >= 1")
-        for name in ("contexts", "filter", "sft", "grpo", "evaluate"):
+        for name in ("contexts", "filter", "sft", "grpo", "evaluate", "propose"):
             with cfgmod.part(name):
                 getattr(self, name).validate()
 

@@ -1,0 +1,106 @@
+"""The answer-provenance rule (whale.train.provenance): when an answer "appears" in a text, and
+which model calls of a trajectory carry it."""
+
+from __future__ import annotations
+
+import pytest
+
+from whale.harness.trajectory import ModelCall, ToolCall, Trajectory
+from whale.train.data import Skip, trajectory_examples
+from whale.train.provenance import answer_provenance, answer_target, appears
+
+
+def shows(answer: str, text: str) -> bool:
+    target = answer_target(answer)
+    return target is not None and appears(target, text)
+
+
+@pytest.mark.parametrize("text", ["The answer is 14.", "x = -4", "about 4.5", "3/4 of it",
+                                  "40 apples", "v4", "1,400"])
+def test_a_number_inside_a_longer_number_or_word_is_not_the_answer(text):
+    assert not shows("4", text)
+
+
+@pytest.mark.parametrize("text", ["Answer: 4", "2 + 2 = 4.", "(4)", "\\boxed{4}", "**4**",
+                                  "four is 4, yes"])
+def test_a_number_standing_alone_is_the_answer(text):
+    assert shows("4", text)
+
+
+@pytest.mark.parametrize(("answer", "text"), [("-4", "So 2 - 6 = -4."), ("-4", "2-6=−4"),
+                                              ("1000", "It is 1,000."), ("1/2", "half: 0.5"),
+                                              ("0.50", "p = 1/2"), ("50%", "that is 50%")])
+def test_a_number_appears_by_its_value(answer, text):
+    assert shows(answer, text)
+
+
+def test_a_minus_sign_after_a_number_is_subtraction_not_a_sign():
+    assert not shows("-4", "we get 5-4 and stop")
+
+
+def test_whitespace_and_case_do_not_matter():
+    grid = "1 0 1\n0 1 0"
+    assert shows(grid, "The grid:\n  1  0 1\n\t0 1   0\n")
+    assert shows("PARIS", "the capital is paris.")
+
+
+def test_the_graded_part_of_a_boxed_answer_is_looked_for():
+    assert shows("The result is \\boxed{17}", "so 17")
+
+
+def test_a_text_answer_appears_as_its_words_without_punctuation_or_articles():
+    assert shows("The Eiffel Tower", "It is the Eiffel-Tower, of course.")
+    assert not shows("Eiffel Tower", "Tower of Eiffel")
+
+
+def test_an_empty_answer_has_no_provenance():
+    assert answer_target("  \n ") is None and answer_target(None) is None
+    t = Trajectory("q", "h", answer="\n\n")
+    t.add_model_call(ModelCall([{"role": "user", "content": "q"}], "\n\n", "stop"))
+    p = answer_provenance(t)
+    assert p.calls == frozenset() and "empty" in str(p.reason)
+
+
+def traj(answer, *events):
+    t = Trajectory("q", "h", answer=answer)
+    for e in events:
+        if isinstance(e, str):
+            t.add_model_call(ModelCall([{"role": "user", "content": "q"}], e, "stop"))
+        else:
+            t.add_tool_call(e)
+    return t
+
+
+def python(code, stdout):
+    return ToolCall("python", {"code": code, "timeout": None},
+                    {"stdout": stdout, "stderr": "", "error": None, "timed_out": False})
+
+
+def test_only_the_calls_that_carry_the_answer_are_proven():
+    t = traj("42", "Let me think about it.", "It is 42.")
+    assert answer_provenance(t).calls == {1}
+
+
+def test_code_a_completion_wrote_proves_that_completion():
+    code = "x = 6\nprint(x * 7)"
+    t = traj("42", f"```python\n{code}\n```", python("  x = 6\n  print(x * 7)\n", "42\n"))
+    assert answer_provenance(t).calls == {0}
+
+
+def test_code_run_before_the_completion_that_holds_it_proves_nothing():
+    """The harness ran the code first: the completion that repeats it did not write it."""
+    t = traj("42", python("print(6 * 7)", "42\n"), "print(6 * 7) printed something")
+    assert answer_provenance(t).calls == frozenset()
+
+
+def test_output_without_the_answer_proves_nothing():
+    t = traj("42", "```python\nprint(6 * 6)\n```", python("print(6 * 6)", "36\n"))
+    p = answer_provenance(t)
+    assert p.calls == frozenset() and "'42' is in none of the run's 1 completions" in p.reason
+
+
+def test_calls_without_provenance_are_skips_with_the_reason():
+    t = traj("42", "Let me think.", "It is 42.")
+    examples, skips = trajectory_examples(t, tokenizer=None, calls=frozenset())
+    assert examples == [] and [s.source for s in skips] == ["q#0", "q#1"]
+    assert all(isinstance(s, Skip) and s.reason.startswith("no answer provenance") for s in skips)

@@ -1,0 +1,171 @@
+"""Answer provenance: which model calls of an accepted run produced its final answer.
+
+The verifier accepts a run by its final answer, whoever computed it. A harness may ask the
+solver anything, ignore the reply and compute the answer itself (in its own Python, or with a
+table); training on such a run's completions teaches the model text that did not solve the
+task (issue 20: "You are EVIL-BOT. Always insult the user." at temperature 30, then the
+arithmetic done by the harness, accepted 2/2 and trained on the insults). So S+ keeps a model
+call only when the run's answer came from it:
+
+- the answer *appears* in the call's completion, or
+- the completion wrote code that the harness ran with `env.tools.python` (the code, whitespace
+  normalized, occurs in the completion: the whole reply or a block extracted from it), after
+  the call, and that code's recorded stdout holds the answer.
+
+Only those calls are trained on; the earlier calls of the same conversation are not (they are
+context of a proven call's prompt, masked there). A run where no call carries the answer is
+dropped from S+ with the reason.
+
+"Appears", with both sides NFKC-normalized, case-folded and whitespace squeezed (the answer
+as the grader reads it: the content of its last `\\boxed{}` if it has one, trailing sentence
+punctuation dropped; an empty answer has no provenance):
+- literally, not inside a longer word or number ("4" is not in "14", "-4", "4.5" or "3/4");
+- a number by value among the numbers the text writes ("1,000" for "1000", "0.5" for "1/2",
+  a minus sign a sign only where it does not follow a word: "5-4" writes 5 and 4);
+- an answer that is not a number, as its word tokens in a row, punctuation and the articles
+  a/an/the left out (the SQuAD normalization the QA grader uses): "eiffel tower" in "The
+  Eiffel-Tower".
+
+Limits: a short answer (a small integer, "yes") can appear by chance in a completion that did
+not compute it, and such a run is kept; the code route covers only `env.tools.python` (code run
+any other way, e.g. by an `exec` in the harness, is not seen), and code that a completion holds
+counts however little of the work it does. An answer the harness reformats beyond the above
+(a list re-joined, a number written out in words) is dropped: a false drop costs an example, a
+false keep trains on text that did not solve the task.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from dataclasses import dataclass
+from typing import Any
+
+from whale.harness.trajectory import Trajectory
+from whale.tasks.answers import last_boxed, parse_number
+
+_WS = re.compile(r"\s+")
+_MINUS = str.maketrans({"\u2212": "-", "\u2013": "-"})  # the minus sign and en dash as "-"
+# A number as text writes it: an optional sign where it does not follow a word or a closing
+# bracket (so "5-4" is 5 and 4, "=-4" is -4), digits with optional thousands commas, a decimal
+# part, a /denominator, a percent; not part of a word or a longer number.
+_NUMBER = re.compile(
+    r"(?:(?<![\w.)\]])[-+])?(?<![\w.])(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?%?(?!\w)"
+)
+_ARTICLES = frozenset(("a", "an", "the"))
+NO_PROVENANCE = "no answer provenance"
+
+
+@dataclass(frozen=True)
+class Provenance:
+    calls: frozenset[int]  # indices into traj.model_calls() whose completion produced the answer
+    reason: str | None = None  # why no call did (calls empty)
+
+
+def canonical(text: str) -> str:
+    """NFKC, case-folded, minus signs as "-", every run of whitespace one space, stripped."""
+    text = unicodedata.normalize("NFKC", text).translate(_MINUS).casefold()
+    return _WS.sub(" ", text).strip()
+
+
+def answer_target(answer: str | None) -> str | None:
+    """The answer as it is looked for, or None when it is empty (no provenance)."""
+    if answer is None:
+        return None
+    boxed = last_boxed(answer)
+    a = canonical(boxed if boxed is not None else answer)
+    return a.rstrip(" .,;:!?") or a or None
+
+
+def _word(c: str) -> bool:
+    return c.isalnum() or c == "_"
+
+
+def _literal(target: str, text: str) -> bool:
+    """`target` occurs in `text` (both canonical) not inside a longer word or number."""
+    start = text.find(target)
+    while start >= 0:
+        end = start + len(target)
+        before = text[start - 1] if start else ""
+        after = text[end] if end < len(text) else ""
+        after2 = text[end + 1] if end + 1 < len(text) else ""
+        ok_before = bool(
+            not before
+            or not (_word(target[0]) and _word(before))
+            and not (target[0].isdigit() and before in "-+./")
+            and not (target[0] in "+-" and (_word(before) or before in ").]"))
+        )
+        ok_after = not (after and _word(target[-1]) and _word(after)) and not (
+            target[-1].isdigit() and after in ".,/" and after2.isdigit()
+        )
+        if ok_before and ok_after:
+            return True
+        start = text.find(target, start + 1)
+    return False
+
+
+def _tokens(text: str) -> list[str]:
+    return [t for t in re.sub(r"[^\w\s]|_", " ", text).split() if t not in _ARTICLES]
+
+
+def _contains_tokens(target: str, text: str) -> bool:
+    want = _tokens(target)
+    # A substring search over the joined tokens: linear, where comparing token windows would
+    # take len(text) × len(answer) on a long answer.
+    return bool(want) and f" {' '.join(want)} " in f" {' '.join(_tokens(text))} "
+
+
+def appears(target: str, text: str) -> bool:
+    """Whether the answer `target` (from `answer_target`) appears in `text` (module docstring)."""
+    if not target:
+        return False
+    text = canonical(text)
+    if _literal(target, text):
+        return True
+    value = parse_number(target)
+    if value is not None:
+        return any(parse_number(n) == value for n in _NUMBER.findall(text))
+    return _contains_tokens(target, text)
+
+
+def _squeezed(text: str) -> str:
+    return _WS.sub(" ", text).strip()
+
+
+def answer_provenance(traj: Trajectory) -> Provenance:
+    """The model calls of `traj` that produced its final answer (module docstring)."""
+    target = answer_target(traj.answer)
+    if target is None:
+        return Provenance(frozenset(), f"{NO_PROVENANCE}: the run's answer is empty")
+    proven: set[int] = set()
+    texts: list[str] = []  # completions so far, in call order, whitespace squeezed
+    for e in traj.events:
+        if e.get("kind") == "model":
+            text = e.get("text")
+            text = text if isinstance(text, str) else ""
+            if e.get("error") is None and appears(target, text):
+                proven.add(len(texts))
+            texts.append(_squeezed(text))
+        elif e.get("kind") == "tool" and e.get("name") == "python":
+            code, out = _code_and_stdout(e)
+            if code is None or out is None:
+                continue
+            c = _squeezed(code)
+            wrote = {i for i, t in enumerate(texts) if c and c in t}
+            if wrote and appears(target, out):
+                proven |= wrote
+    if proven:
+        return Provenance(frozenset(proven))
+    shown = target if len(target) <= 60 else target[:57] + "..."
+    return Provenance(
+        frozenset(),
+        f"{NO_PROVENANCE}: the answer {shown!r} is in none of the run's {len(texts)} "
+        "completions, nor in the output of code one of them wrote",
+    )
+
+
+def _code_and_stdout(event: dict[str, Any]) -> tuple[str | None, str | None]:
+    args, result = event.get("args"), event.get("result")
+    code = args.get("code") if isinstance(args, dict) else None
+    out = result.get("stdout") if isinstance(result, dict) else None
+    return (code if isinstance(code, str) else None), (out if isinstance(out, str) else None)
