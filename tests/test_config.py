@@ -10,8 +10,8 @@ from typer.testing import CliRunner
 
 from whale import config as cfgmod
 from whale.cli import app, load_config
-from whale.evaluate import EvalConfig
 from whale.cotrain import CotrainConfig
+from whale.evaluate import EvalConfig
 from whale.revise.run import AdaptConfig
 from whale.search.run import SearchConfig
 from whale.train.proposer.run import ProposerTrainConfig
