@@ -25,6 +25,7 @@ class StubServer:
         self.script = script or [("ok", "hello")]
         self.delay_s = delay_s
         self.requests: list[dict[str, Any]] = []
+        self.gets = 0  # GET requests (a fleet's probes of /models)
         self.lora_requests: list[tuple[str, dict[str, Any]]] = []
         self.loras: dict[str, str] = {}
         # POST requests being handled now, the most at once, and each one's (start, end) in
@@ -48,6 +49,8 @@ class StubServer:
                 self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
             def do_GET(self) -> None:
+                with outer._lock:
+                    outer.gets += 1
                 self._send(200, {"object": "list", "data": [{"id": "stub", "object": "model"}]})
 
             def do_POST(self) -> None:

@@ -30,7 +30,7 @@ from whale.config import above, at_least, one_of, part
 from whale.harness import RuntimeConfig
 from whale.harness.executor import EXECUTOR_RESUMABLE
 from whale.models import ChatModel, ModelConfig, close_model
-from whale.records import RecordError, RunLock, write_atomic
+from whale.records import RecordError, RunLock, record_dir, write_atomic
 from whale.revise.run import check_seed, outcome_fingerprint, refuse_changes
 from whale.revise.store import OutcomeStore
 from whale.schedule import SCHEDULES, Cotrain, ScheduleSettings
@@ -205,7 +205,7 @@ def _one_schedule(cfg: CotrainConfig, kind: str, root: Path, task: Task, source:
                   say: Callable[[str], None]) -> dict[str, Any]:  # fmt: skip
     from whale.train.checkpoint import base_tokenizer
 
-    root.mkdir(parents=True, exist_ok=True)
+    record_dir(root)  # never a link: the schedule's ledger would be written through it
     fp = outcome_fingerprint(cfg.task, cfg.solver, cfg.runtime)
     store = OutcomeStore(root, fp)
     cache = (cfg.solver.cache_path or str(Path.home() / ".cache" / "whale" / "responses.sqlite")

@@ -200,6 +200,7 @@ def evaluate(
     def record(item: tuple[int, Trajectory, Outcome | BaseException]) -> None:
         i, traj, out = item
         if isinstance(out, BaseException):
+            seen.discard(i)  # never recorded: the drain below must not wait for it
             raise out
         results[i] = (out, traj)
         if on_done is not None:
@@ -228,10 +229,10 @@ def evaluate(
             while len(results) < len(seen):
                 item = graders.next(block=True)
                 assert item is not None
-                if not isinstance(item[2], BaseException):
-                    record(item)
+                if isinstance(item[2], BaseException):
+                    seen.discard(item[0])  # the first error is the one raised
                 else:
-                    seen.discard(item[0])
+                    record(item)
             raise
         finally:
             graders.stop()

@@ -106,13 +106,16 @@ def write_atomic(path: Path, text: str, errors: str = "strict") -> None:
 
 
 def read_json(path: Path) -> Any:
-    """The JSON value in `path`, or RecordError naming the file (missing, cut, not JSON)."""
+    """The JSON value in `path`, or RecordError naming the file (missing, cut, not JSON, a
+    link or not a regular file: `open_record`)."""
     try:
-        data = path.read_bytes()
+        fd = open_record(path, os.O_RDONLY)
     except FileNotFoundError:
         raise RecordError(f"{path}: missing") from None
     except OSError as e:
         raise RecordError(f"{path}: {e.strerror or e}") from None
+    with open(fd, "rb") as f:
+        data = f.read()
     try:
         return json.loads(data.decode("utf-8"))
     except (ValueError, RecursionError) as e:  # bad UTF-8 or JSON (cut short, edited)

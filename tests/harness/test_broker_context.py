@@ -77,11 +77,12 @@ def test_a_prompt_at_the_bound_is_sent_and_one_past_it_is_not(qwen_like):
     assert len(model.calls) == 1 and "ContextOverflow" in t.error
 
 
-def test_whitespace_at_the_ends_of_a_message_is_not_counted(qwen_like):
-    # A chat template may trim it: counting it could refuse a prompt that fits.
+def test_whitespace_counts_against_the_bound(qwen_like):
+    # The hostile review: messages of spaces with a word at the end got 23.6M characters to
+    # the model when whitespace at a message's ends was not counted.
     model = RecordingLlama(qwen_like, n_ctx=8, slots=1)
-    t = Runtime(model=model).run("def run(q, env):\n    return env.llm('\\n' * 99 + 'y' * 2048 + ' ' * 99)\n", "x")
-    assert t.status == "ok" and len(model.calls) == 1
+    t = Runtime(model=model).run("def run(q, env):\n    return env.llm(' ' * 2048 + 'Hi')\n", "x")
+    assert model.calls == [] and "ContextOverflow" in t.error
 
 
 def test_a_runtime_bound_overrides_the_model_s(qwen_like):

@@ -56,11 +56,15 @@ def test_a_slow_endpoint_that_answers_the_probe_stays_up():
         try:
             with pytest.raises(ModelTimeout):
                 f.chat(MSG, Sampling(), 0.3)  # the caller's own short timeout
-            time.sleep(1.0)  # the probe after the timeout has answered by now
-            up = f.stats()[0]["up"]
+            deadline = time.monotonic() + 30  # a hang guard: the probe goes out at once
+            while slow.gets == 0 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(0.2)  # its answer handled
+            probed, up = slow.gets, f.stats()[0]["up"]
         finally:
             f.close()
-    assert up is True
+    assert probed >= 1  # the timeout did have the endpoint probed ...
+    assert up is True  # ... and the answer kept it up
 
 
 def test_with_an_attempt_timeout_the_call_fails_over_from_a_hung_endpoint():

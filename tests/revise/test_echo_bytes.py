@@ -69,6 +69,15 @@ def test_bytes_in_any_container_of_constants_count(screen, table):
     assert why is not None and "answer together with question text of" in why, table
 
 
+@pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be", "utf-16", "utf-32", "utf-32-le"])
+def test_a_table_in_another_utf_encoding_is_an_echo(screen, encoding):
+    # The hostile review: UTF-16 and UTF-32 tables passed while plain bytes were caught.
+    q, a = "Calculate 5 - 3 - 6.".encode(encoding), "-4".encode(encoding)
+    source = harness(f"T = {{{q!r}: {a!r}}}")
+    why = screen.check(source)
+    assert why is not None and why.startswith("answer echo")
+
+
 def test_no_seed_holds_a_bytes_echo(screen):
     assert [screen.check(load_harness(n), "") for n in seed_names()] == [None] * len(seed_names())
 

@@ -87,6 +87,25 @@ def test_code_a_completion_wrote_proves_that_completion():
     assert answer_provenance(t).calls == {0}
 
 
+def test_the_completions_code_wrapped_by_the_harness_proves_that_completion():
+    """A program-of-thought harness adds an import and a print around the model's code."""
+    block = "total = sum(range(7))\nresult = total * 2"
+    ran = f"import math\n{block}\nprint(result)"
+    t = traj("42", f"Here:\n```python\n{block}\n```", python(ran, "42\n"))
+    assert answer_provenance(t).calls == {0}
+
+
+def test_a_short_code_block_is_not_taken_for_the_code_that_ran():
+    t = traj("42", "```\nx\n```", python("x = 6 * 7\nprint(x)", "42\n"))
+    assert answer_provenance(t).calls == frozenset()
+
+
+def test_an_answer_of_another_type_read_back_from_disk_has_no_provenance():
+    t = traj("42", "It is 42.")
+    t.answer = 42  # type: ignore[assignment]
+    assert answer_provenance(t).calls == frozenset()
+
+
 def test_code_run_before_the_completion_that_holds_it_proves_nothing():
     """The harness ran the code first: the completion that repeats it did not write it."""
     t = traj("42", python("print(6 * 7)", "42\n"), "print(6 * 7) printed something")

@@ -87,12 +87,15 @@ def check_llm_args(
 
 
 def check_prompt_size(messages: list[dict[str, Any]], limit: int | None) -> None:
-    """Rejected where the messages cannot fit the model's context: their text, less the
-    whitespace at each one's ends (a chat template may trim it), is over `limit` characters,
-    the model's upper bound (models.base.prompt_char_limit; None: unknown, not checked)."""
+    """Rejected where the messages cannot fit the model's context: their text, whitespace
+    included, is over `limit` characters, the model's upper bound (models.base.
+    prompt_char_limit; None: unknown, not checked). Whitespace counts: templates such as
+    Qwen2.5's send it as it is, and megabytes of spaces inflate the server like any text (the
+    hostile review's three 7.5 MB messages of spaces). A template that trims it could in
+    principle have taken such a prompt; the bound's margin (the longest token) dwarfs that."""
     if limit is None:
         return
-    size = sum(len(m["content"].strip()) for m in messages)
+    size = sum(len(m["content"]) for m in messages)
     if size > limit:
         raise Rejected(f"ContextOverflow: the messages hold {size:,} characters, more than "
                        f"the model's context can take (at most {limit:,}); not sent")  # fmt: skip

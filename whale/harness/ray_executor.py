@@ -39,8 +39,10 @@ Measured on this machine (ray 2.60): after the driver is SIGKILLed, gcs_server, 
 actors and their jails exit by themselves within 3 s, but Ray's DashboardAgent and
 RuntimeEnvAgent lived on for about 60 s. So a local cluster comes with a reaper, a small
 process that waits on a pipe from the driver and, once it closes (the driver ended in any
-way), SIGKILLs the cluster's processes that were up after `ray.init` (pid and start time):
-measured, nothing is left 0.1 s after the SIGKILL (tests/harness/test_ray_executor.py).
+way), SIGKILLs the cluster's processes that were up after `ray.init` (pid and start time),
+and the workers started later, found by the node id on their command line (a worker the
+tally actor needed outlived the driver by more than 5 s before): nothing is left 5 s after
+the SIGKILL (tests/harness/test_ray_executor.py).
 Not covered: a connected cluster (not started by whale) is never reaped; what Ray does there
 with the actors of a SIGKILLed driver was not measured.
 
@@ -93,14 +95,27 @@ _REAPER = '''
 import json, os, signal, sys
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 procs = json.loads(sys.stdin.readline())
+mark = sys.stdin.readline().strip()  # "--node-id=<hex>": the cluster's later workers carry it
 sys.stdin.read()
-for pid, start in procs:
+
+def kill(pid, start):
     try:
         with open(f"/proc/{pid}/stat") as f:
-            if f.read().rsplit(")", 1)[1].split()[19] == start:
+            if start is None or f.read().rsplit(")", 1)[1].split()[19] == start:
                 os.kill(pid, signal.SIGKILL)
     except (OSError, IndexError):
         pass
+
+for pid, start in procs:
+    kill(pid, start)
+if mark:  # workers started after the snapshot (actors, idle workers): found by the node id
+    for d in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                if mark.encode() in f.read().split(b"\\0"):
+                    kill(int(d), None)
+        except (OSError, ValueError):
+            pass
 '''
 
 
@@ -128,14 +143,19 @@ def _descendants(root: int) -> list[tuple[int, str]]:
 def _start_reaper(before: set[tuple[int, str]]) -> subprocess.Popen[str] | None:
     """The reaper of the processes that are below this one now and were not in `before` (the
     snapshot taken just before `ray.init`): the cluster's, never a model server or any other
-    child this process had started."""
+    child this process had started; and of the workers the cluster starts later (an actor,
+    the tally, an idle worker), whose command lines name this cluster's node id."""
     if not os.path.isdir("/proc"):
         return None
     procs = [p for p in _descendants(os.getpid()) if p not in before]
+    try:
+        mark = f"--node-id={ray.get_runtime_context().get_node_id()}"
+    except Exception:  # noqa: BLE001 - the snapshot alone still reaps the cluster's core
+        mark = ""
     reaper = subprocess.Popen([sys.executable, "-c", _REAPER], stdin=subprocess.PIPE, text=True,
                               start_new_session=True)  # fmt: skip
     assert reaper.stdin is not None
-    reaper.stdin.write(json.dumps(procs) + "\n")
+    reaper.stdin.write(json.dumps(procs) + "\n" + mark + "\n")
     reaper.stdin.flush()
     return reaper
 

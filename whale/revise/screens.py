@@ -161,15 +161,21 @@ def _collect(value: object, strings: set[str], numbers: set[Fraction], depth: in
             _collect(item, strings, numbers, depth + 1)
 
 
+# The encodings tried on a bytes constant besides Latin-1 (which decodes any bytes).
+_ENCODINGS = ("utf-8", "utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-le", "utf-32-be")
+
+
 def _decoded(data: bytes) -> set[str]:
-    """The texts bytes may stand for: UTF-8 where they decode, and Latin-1 (every byte one
-    character), so that neither a non-UTF-8 byte nor an encoding choice hides an ASCII
-    answer."""
+    """The texts bytes may stand for: Latin-1 (every byte one character) and each of the
+    UTF encodings where they decode, so that the encoding a table was written in does not
+    hide an answer. Not covered (the screen reads constants, not what code computes from
+    them): reversed, XOR-ed or hashed texts, and any encoding not listed."""
     out = {data.decode("latin-1")}
-    try:
-        out.add(data.decode("utf-8"))
-    except UnicodeDecodeError:
-        pass
+    for enc in _ENCODINGS:
+        try:
+            out.add(data.decode(enc))
+        except UnicodeDecodeError:
+            pass
     return out
 
 

@@ -33,7 +33,7 @@ from typing import Any
 from whale.config import at_least, at_most, one_of
 from whale.models import ChatModel, Completion, ContextOverflow, ModelError, Sampling
 from whale.models.base import MAX_TEMPERATURE
-from whale.records import write_atomic
+from whale.records import record_dir, write_atomic
 from whale.revise.edits import apply_edits
 from whale.revise.grammar import REPLACE_RULES, search_rules
 from whale.search.archive import ArchiveError
@@ -164,7 +164,7 @@ class Session:
         """Whole or not at all. Saved after every step, so shallow and unindented: a deep copy
         (`asdict`) and an indented dump made the search's own time 5.7% of wall, over its 5%
         target (benchmarks/search_overhead.py)."""
-        path.parent.mkdir(parents=True, exist_ok=True)
+        record_dir(path.parent)  # never through a linked sessions/ folder
         record = {f.name: getattr(self, f.name) for f in fields(self)}
         if self.submission is not None:
             record["submission"] = asdict(self.submission)

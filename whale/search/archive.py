@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from whale.harness import Trajectory, harness_hash
-from whale.records import JsonlWriter, RecordError, read_json, read_jsonl, write_atomic
+from whale.records import JsonlWriter, RecordError, read_json, read_jsonl, record_dir, write_atomic
 
 
 class ArchiveError(ValueError):
@@ -66,7 +66,7 @@ class Archive:
     def __init__(self, root: Path, search_ids: Iterable[str]) -> None:
         self.root = root
         self.search_ids = frozenset(search_ids)
-        root.mkdir(parents=True, exist_ok=True)
+        record_dir(root)  # never a link: candidates would be written wherever it points
         for stale in root.glob(".tmp-*"):
             shutil.rmtree(stale, ignore_errors=True)
         self._metas: dict[str, CandidateMeta] = {}

@@ -20,14 +20,13 @@ M-th candidate, and a resumed run skips what is archived.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from whale.evaluate import EvalResult
 from whale.harness import Runtime, harness_hash
-from whale.records import JsonlWriter, read_jsonl
+from whale.records import JsonlWriter, RecordError, read_json, read_jsonl, record_dir
 from whale.revise.screens import AnswerEchoScreen
 from whale.revise.store import OutcomeStore
 from whale.search.agent import ProposerAgent, Session, Submission
@@ -94,7 +93,7 @@ def search(
 ) -> SearchResult:
     """`sessions`: where the proposer's sessions are logged (default `<store>/sessions`; one
     folder per archive when several searches share a store, as WHALE's harness phases do)."""
-    sessions = sessions or store.dir / "sessions"
+    sessions = record_dir(sessions or store.dir / "sessions")  # never a link (whale.records)
     # Against the seed, not the base: a chain of candidates cannot launder an echo.
     screen = (AnswerEchoScreen(task, search_set, baseline=seed_source)
               if cfg.answer_echo_screen else None)  # fmt: skip
@@ -177,11 +176,14 @@ def _session(path: Path, agent: ProposerAgent, archive: Archive, j: int, i: int,
     `<cid>.steps.jsonl` before it runs and again with its output (a line each: rewriting the
     whole session every step cost the search ~1% of its wall time); the whole session goes to
     `path` at the end, also when it failed, so a resume reads the failure, not runs it."""
-    if path.exists():
-        d = json.loads(path.read_text(encoding="utf-8"))
-        sub = d.pop("submission", None)
-        done = Session(**d)
-        done.submission = Submission(**sub) if sub else None
+    if path.exists() or path.is_symlink():
+        d = read_json(path)  # never through a link or from a FIFO (whale.records)
+        try:
+            sub = d.pop("submission", None)
+            done = Session(**d)
+            done.submission = Submission(**sub) if sub else None
+        except (AttributeError, TypeError) as e:
+            raise RecordError(f"{path}: not a saved session ({e})") from None
         return done
     steps = path.with_suffix(".steps.jsonl")
     partial = _replay(steps)

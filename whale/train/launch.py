@@ -61,6 +61,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
+from whale.records import record_dir
 from whale.train.data import Example
 from whale.train.sft import (
     LoraSettings,
@@ -421,7 +422,10 @@ class AccelerateTrainer:
             raise LaunchError(f"sft.accelerate_config {str(config)!r} is not a file")
         if workdir is None:
             self._tmp = workdir = Path(tempfile.mkdtemp(prefix="whale-launch-"))
-        workdir = Path(workdir)
+        else:  # in the run directory: never through (or the removal of) a linked folder
+            workdir = Path(workdir)
+            record_dir(workdir.parent)
+            record_dir(workdir)
         shutil.rmtree(workdir, ignore_errors=True)  # a replayed step starts clean
         workdir.mkdir(parents=True)
         write_examples(workdir / EXAMPLES_FILE, examples)
@@ -451,7 +455,7 @@ class AccelerateTrainer:
         if self._staged is None:
             raise RuntimeError("nothing trained since the last save")
         out = Path(out)
-        out.parent.mkdir(parents=True, exist_ok=True)
+        record_dir(out.parent)  # never through a link (whale.records)
         tmp, old = out.with_name(out.name + ".tmp"), out.with_name(out.name + ".old")
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.move(self._staged, tmp)

@@ -8,9 +8,11 @@ arithmetic done by the harness, accepted 2/2 and trained on the insults). So S+ 
 call only when the run's answer came from it:
 
 - the answer *appears* in the call's completion, or
-- the completion wrote code that the harness ran with `env.tools.python` (the code, whitespace
-  normalized, occurs in the completion: the whole reply or a block extracted from it), after
-  the call, and that code's recorded stdout holds the answer.
+- the completion wrote code that the harness ran with `env.tools.python` after the call, and
+  that code's recorded stdout holds the answer. "Wrote", whitespace normalized: the code that
+  ran occurs in the completion (the whole reply or a block extracted from it), or a fenced
+  code block of the completion occurs in the code that ran (a harness that wraps the model's
+  code, adding an import or a `print(result)`).
 
 Only those calls are trained on; the earlier calls of the same conversation are not (they are
 context of a proven call's prompt, masked there). A run where no call carries the answer is
@@ -27,11 +29,16 @@ punctuation dropped; an empty answer has no provenance):
   Eiffel-Tower".
 
 Limits: a short answer (a small integer, "yes") can appear by chance in a completion that did
-not compute it, and such a run is kept; the code route covers only `env.tools.python` (code run
-any other way, e.g. by an `exec` in the harness, is not seen), and code that a completion holds
-counts however little of the work it does. An answer the harness reformats beyond the above
-(a list re-joined, a number written out in words) is dropped: a false drop costs an example, a
-false keep trains on text that did not solve the task.
+not compute it, and such a run is kept. An answer the harness computed and then put in the
+model's prompt ("explain why the answer is 42", "repeat: 42") is kept when the model says it
+back: the rule cannot tell that from a passage the model reads its answer from (retrieval QA,
+where finding the answer in the context is the skill), so it does not look at the prompt; the
+same goes for code the harness hands the model to copy. The code route covers only
+`env.tools.python` (code run any other way, e.g. by an `exec` in the harness, is not seen),
+and code that a completion holds counts however little of the work it does. An answer the
+harness reformats beyond the above (a list re-joined, a number written out in words) is
+dropped: a false drop costs an example, a false keep trains on text that did not solve the
+task.
 """
 
 from __future__ import annotations
@@ -53,6 +60,10 @@ _NUMBER = re.compile(
     r"(?:(?<![\w.)\]])[-+])?(?<![\w.])(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?%?(?!\w)"
 )
 _ARTICLES = frozenset(("a", "an", "the"))
+# A fenced code block of a completion (```python ... ```, ```py, or bare ```).
+_FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
+# A block shorter than this (squeezed) is not taken as the code that ran: `x` in any program.
+MIN_BLOCK_CHARS = 16
 NO_PROVENANCE = "no answer provenance"
 
 
@@ -70,7 +81,7 @@ def canonical(text: str) -> str:
 
 def answer_target(answer: str | None) -> str | None:
     """The answer as it is looked for, or None when it is empty (no provenance)."""
-    if answer is None:
+    if not isinstance(answer, str):  # None, or a record read back from disk with another type
         return None
     boxed = last_boxed(answer)
     a = canonical(boxed if boxed is not None else answer)
@@ -139,6 +150,7 @@ def answer_provenance(traj: Trajectory) -> Provenance:
         return Provenance(frozenset(), f"{NO_PROVENANCE}: the run's answer is empty")
     proven: set[int] = set()
     texts: list[str] = []  # completions so far, in call order, whitespace squeezed
+    blocks: list[list[str]] = []  # their fenced code blocks, squeezed
     for e in traj.events:
         if e.get("kind") == "model":
             text = e.get("text")
@@ -146,12 +158,15 @@ def answer_provenance(traj: Trajectory) -> Provenance:
             if e.get("error") is None and appears(target, text):
                 proven.add(len(texts))
             texts.append(_squeezed(text))
+            blocks.append([b for b in (_squeezed(m) for m in _FENCE.findall(text))
+                           if len(b) >= MIN_BLOCK_CHARS])  # fmt: skip
         elif e.get("kind") == "tool" and e.get("name") == "python":
             code, out = _code_and_stdout(e)
             if code is None or out is None:
                 continue
             c = _squeezed(code)
-            wrote = {i for i, t in enumerate(texts) if c and c in t}
+            wrote = {i for i, t in enumerate(texts)
+                     if c and (c in t or any(b in c for b in blocks[i]))}  # fmt: skip
             if wrote and appears(target, out):
                 proven |= wrote
     if proven:

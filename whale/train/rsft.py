@@ -38,7 +38,7 @@ from whale.harness import Runtime, RuntimeConfig, harness_hash, make_runtime
 from whale.models import CachedModel, ChatModel, Completion, Message, Sampling
 from whale.models.base import MAX_TEMPERATURE
 from whale.models.hf import adapter_digest
-from whale.records import JsonlWriter, RecordError, iter_jsonl
+from whale.records import JsonlWriter, RecordError, iter_jsonl, record_dir
 from whale.revise.store import OutcomeStore
 from whale.tasks import Question, Task
 from whale.train.patience import WeightPatience
@@ -213,7 +213,7 @@ class WeightPhase:
         self.make_trainer, self.tokenizer = make_trainer, tokenizer
         self._trainer: Any = None
         self._tok: Any = None
-        root.mkdir(parents=True, exist_ok=True)
+        record_dir(root)  # never a link (whale.records)
         self.done: dict[int, WeightStep] = {}
         path = root / "steps.jsonl"
         for n, row in iter_jsonl(path):

@@ -31,7 +31,7 @@ from typing import Any
 from whale import stats
 from whale.harness import Runtime, load_harness
 from whale.models import ChatModel
-from whale.records import RecordError, write_atomic
+from whale.records import RecordError, record_dir, write_atomic
 from whale.revise.loop import LoopSettings, revise
 from whale.revise.proposer import Proposer, ProposerConfig
 from whale.train.proposer.contexts import ContextSettings, Family, RevisionContext, make_context
@@ -118,7 +118,8 @@ def _plan(name: str, model: ChatModel, fam: Family, runtime: Runtime, cs: Contex
     # after a later grpo is another model, and its proposals are not the stored ones
     ident = hashlib.sha256(model.name.encode()).hexdigest()[:10]
     d = out / f"{name}-{ident}" / fam.id.replace(":", "_")
-    d.mkdir(parents=True, exist_ok=True)
+    record_dir(d.parent)  # never through a link (whale.records)
+    record_dir(d)
     props = stored_proposals(d / "proposals.json", proposer, ctx, es.g, es.seed * 1000)
     echo = echo_screen(fam, seed_src)
     sources, reasons = {}, {}

@@ -68,7 +68,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from whale.models.base import MAX_TEMPERATURE
-from whale.records import JsonlWriter
+from whale.records import JsonlWriter, record_dir
 from whale.train.data import end_of_turn_id, template_ids
 from whale.train.sft import LoraSettings
 
@@ -428,7 +428,7 @@ def _train(
     if not prompts:
         raise ValueError("grpo: no prompts")
     out, checkpoint = Path(out), Path(checkpoint)
-    out.mkdir(parents=True, exist_ok=True)
+    record_dir(out)  # never a link (whale.records)
     run = {
         "settings": {k: v for k, v in json.loads(json.dumps(asdict(settings))).items()
                      if k not in _WHERE},  # fmt: skip

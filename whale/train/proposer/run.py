@@ -36,7 +36,7 @@ from whale import config as cfgmod
 from whale.harness import RuntimeConfig, load_harness, make_runtime
 from whale.harness.executor import EXECUTOR_RESUMABLE
 from whale.models import PROPOSER_MARKER, ChatModel, ModelConfig, build_model, close_model
-from whale.records import RecordError, write_atomic
+from whale.records import RecordError, record_dir, write_atomic
 from whale.revise.code_screens import ReviewerScreen
 from whale.revise.proposer import Proposer, ProposerConfig, load_template
 from whale.revise.run import changed_fields
@@ -173,7 +173,7 @@ class Session:
         for f in fams:
             out += build_contexts(self.family(f), self.runtime, self.cfg.contexts,
                                   self.cfg.workers, self.say)  # fmt: skip
-        path.parent.mkdir(parents=True, exist_ok=True)
+        record_dir(path.parent)
         save_contexts(path, out)
         return out
 
@@ -317,7 +317,8 @@ def run_grpo(cfg: ProposerTrainConfig, run_dir: Path,
         for k in range(1, cfg.phases + 1):
             check_no_eval_text([c.prompt for c in contexts], s.held_out())  # every phase's
             pdir = run_dir / "grpo" / f"phase_{k}"
-            pdir.mkdir(parents=True, exist_ok=True)
+            record_dir(pdir.parent)
+            record_dir(pdir)
             reward = ExecutionReward(contexts, fams, s.runtime, pdir / "rewards.jsonl",
                                      cfg.workers,
                                      echo={f: echo_screen(x, _baseline(cfg))

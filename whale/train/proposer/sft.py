@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from whale.config import above, at_least, one_of, part
+from whale.records import record_dir
 from whale.train.sft import LoraSettings
 
 if TYPE_CHECKING:
@@ -299,7 +300,7 @@ def _run(
     for e in eval_grid:
         eval_at.setdefault(steps_for(e, spe), []).append(e)
     folder = out / "checkpoints"
-    folder.mkdir(parents=True, exist_ok=True)
+    record_dir(folder)  # never a link (whale.records)
     fingerprint = _run_fingerprint(checkpoint, settings, train, val, epochs, eval_grid)
     run_file = out / "run.json"
     resume = _last_checkpoint(folder)
@@ -355,7 +356,7 @@ def cross_validate(
     last checkpoint. Writes `out/cv.json`. `callbacks` are extra `TrainerCallback`s."""
     settings.validate()
     out, checkpoint = Path(out), Path(checkpoint)
-    out.mkdir(parents=True, exist_ok=True)
+    record_dir(out)
     kept, dropped = fit_examples(data, _tokenizer(checkpoint), settings.max_len)
     grid = eval_epochs(settings.max_epochs, settings.eval_every)
     folds: list[dict[str, Any]] = []
@@ -376,7 +377,7 @@ def cross_validate(
                 folds.append(record)
                 continue
         say(f"fold_{k}: {len(train)} train / {len(val)} val examples, val families {val_f}")
-        fold_dir.mkdir(parents=True, exist_ok=True)
+        record_dir(fold_dir)
         run = _run(checkpoint, settings, train, val, fold_dir, settings.max_epochs, grid, say,
                    callbacks)  # fmt: skip
         record = {"fold": k, "train_families": train_f, "val_families": val_f,
@@ -403,7 +404,7 @@ def train_sft(
     if not epochs > 0:
         raise ValueError(f"epochs: must be greater than 0 (got {epochs!r})")
     out, checkpoint = Path(out), Path(checkpoint)
-    out.mkdir(parents=True, exist_ok=True)
+    record_dir(out)
     adapter, record_file = out / "adapter", out / "train.json"
     kept, dropped = fit_examples(data, _tokenizer(checkpoint), settings.max_len)
     if len(kept) == 0:

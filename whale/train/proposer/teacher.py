@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from whale.harness import Runtime
-from whale.records import RecordError, read_json, write_atomic
+from whale.records import RecordError, read_json, record_dir, write_atomic
 from whale.revise.code_screens import DuplicateScreen, ReviewerScreen
 from whale.revise.proposer import Proposal, Proposer
 from whale.revise.screens import AnswerEchoScreen
@@ -124,8 +124,8 @@ def teacher_data(contexts: Sequence[RevisionContext], families: Mapping[str, Fam
     """Run the teacher over `contexts`; write candidates.jsonl, kept.jsonl, dataset/ and
     summary.json under `out`; return the summary. `held_out`: normalized held-out prompts of
     every family (the kept set is refused if it holds one: `check_no_eval_text`)."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "proposals").mkdir(exist_ok=True)
+    record_dir(out)  # never through a link (whale.records)
+    record_dir(out / "proposals")
     dupes = DuplicateScreen(s.duplicate_threshold)
     rows: list[TeacherRow] = []
     for n, ctx in enumerate(contexts):
