@@ -37,7 +37,8 @@ The cluster: `address` None or "local" starts a local cluster (`num_cpus`, no da
 to a running cluster, which is left running (only this executor's actors are killed).
 Measured on this machine (ray 2.60): after the driver is SIGKILLed, gcs_server, raylet, the
 actors and their jails exit by themselves within 3 s, but Ray's DashboardAgent and
-RuntimeEnvAgent lived on for about 60 s. So a local cluster comes with a reaper, a small
+RuntimeEnvAgent lived on for about 60 s. So a local cluster comes with a reaper
+(whale.harness.ray_support, beside the tally of a lost try's tokens), a small
 process that waits on a pipe from the driver and, once it closes (the driver ended in any
 way), SIGKILLs the cluster's processes that were up after `ray.init` (pid and start time),
 and the workers started later, found by the node id on their command line (a worker the
@@ -61,10 +62,8 @@ other; a cluster that never has room for an actor is ExecutorUnavailable after
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -80,85 +79,14 @@ from ray.exceptions import GetTimeoutError, RayActorError, TaskCancelledError
 from whale.harness.broker import Retriever, Runtime, harness_hash
 from whale.harness.budget import Budget, Limits, PythonToolLimits
 from whale.harness.executor import ExecutorUnavailable, Rollout
+from whale.harness.ray_support import Reporting, Tally, descendants, start_reaper, take
 from whale.harness.sandbox import Sandbox
 from whale.harness.trajectory import Status, Trajectory
-from whale.models.base import ChatModel, Completion, Message, Sampling
+from whale.models.base import ChatModel
 from whale.models.cache import CachedModel
 from whale.models.embedded import EmbeddedLlama
 from whale.models.fleet import Fleet
 from whale.models.openai_compat import OpenAICompatible
-
-# Started with a local cluster: when this process ends in any way (its end of the pipe closes),
-# SIGKILL the cluster's processes it was given (pid and start time, so that a reused pid is
-# spared). Ray's per-node agents otherwise outlive a SIGKILLed driver by about a minute.
-_REAPER = '''
-import json, os, signal, sys
-signal.signal(signal.SIGINT, signal.SIG_IGN)
-procs = json.loads(sys.stdin.readline())
-mark = sys.stdin.readline().strip()  # "--node-id=<hex>": the cluster's later workers carry it
-sys.stdin.read()
-
-def kill(pid, start):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            if start is None or f.read().rsplit(")", 1)[1].split()[19] == start:
-                os.kill(pid, signal.SIGKILL)
-    except (OSError, IndexError):
-        pass
-
-for pid, start in procs:
-    kill(pid, start)
-if mark:  # workers started after the snapshot (actors, idle workers): found by the node id
-    for d in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{d}/cmdline", "rb") as f:
-                if mark.encode() in f.read().split(b"\\0"):
-                    kill(int(d), None)
-        except (OSError, ValueError):
-            pass
-'''
-
-
-def _descendants(root: int) -> list[tuple[int, str]]:
-    """(pid, start time) of every live process below `root`, from /proc."""
-    children: dict[int, list[int]] = {}
-    starts: dict[int, str] = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            children.setdefault(int(fields[1]), []).append(int(d))
-            starts[int(d)] = fields[19]
-    out, todo = [], list(children.get(root, []))
-    while todo:
-        pid = todo.pop()
-        out.append((pid, starts[pid]))
-        todo += children.get(pid, [])
-    return out
-
-
-def _start_reaper(before: set[tuple[int, str]]) -> subprocess.Popen[str] | None:
-    """The reaper of the processes that are below this one now and were not in `before` (the
-    snapshot taken just before `ray.init`): the cluster's, never a model server or any other
-    child this process had started; and of the workers the cluster starts later (an actor,
-    the tally, an idle worker), whose command lines name this cluster's node id."""
-    if not os.path.isdir("/proc"):
-        return None
-    procs = [p for p in _descendants(os.getpid()) if p not in before]
-    try:
-        mark = f"--node-id={ray.get_runtime_context().get_node_id()}"
-    except Exception:  # noqa: BLE001 - the snapshot alone still reaps the cluster's core
-        mark = ""
-    reaper = subprocess.Popen([sys.executable, "-c", _REAPER], stdin=subprocess.PIPE, text=True,
-                              start_new_session=True)  # fmt: skip
-    assert reaper.stdin is not None
-    reaper.stdin.write(json.dumps(procs) + "\n" + mark + "\n")
-    reaper.stdin.flush()
-    return reaper
-
 
 # How long one ray.wait blocks: the loop checks cancel() and lets signals in between.
 POLL_S = 0.1
@@ -272,53 +200,6 @@ class RuntimeSpec:
         )  # fmt: skip
 
 
-class _Tally:
-    """The driver's count of the tokens each try of a rollout received, reported by the
-    actors call by call: what a try whose actor died had already paid."""
-
-    def __init__(self) -> None:
-        self._tokens: dict[str, int] = {}
-
-    def add(self, key: str, tokens: int) -> None:
-        self._tokens[key] = self._tokens.get(key, 0) + tokens
-
-    def take(self, key: str) -> int:
-        return self._tokens.pop(key, 0)
-
-    def drop(self, prefix: str) -> None:
-        for key in [k for k in self._tokens if k.startswith(prefix)]:
-            del self._tokens[key]
-
-
-TALLY_S = 10.0  # how long a report or a take may wait for the tally (accounting only)
-
-
-class _Reporting:
-    """An actor's model: each completion's tokens are reported to the tally under the key
-    of the try running in this thread (the broker calls the model from the thread of the
-    run), before the harness sees the reply. Everything else is the inner model's."""
-
-    def __init__(self, inner: ChatModel, current: threading.local) -> None:
-        self.inner, self._current = inner, current
-        self.name = inner.name
-
-    def chat(self, messages: list[Message], sampling: Sampling,
-             timeout: float | None = None) -> Completion:  # fmt: skip
-        c = self.inner.chat(messages, sampling, timeout)
-        report = getattr(self._current, "report", None)
-        if report is not None:
-            try:
-                tokens = int(c.usage.get("total_tokens", 0))
-                if tokens:
-                    ray.get(report[0].add.remote(report[1], tokens), timeout=TALLY_S)
-            except Exception:  # noqa: BLE001, S110 - accounting only: the rollout goes on
-                pass
-        return c
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-
 class _RolloutActor:
     """Runs rollouts on a Runtime built from the spec each call brings (rebuilt when it
     changes: WHALE swaps the solver's adapter between evaluations)."""
@@ -338,7 +219,7 @@ class _RolloutActor:
             if self._rt is None or self._spec != spec:
                 old, self._rt, self._spec = self._rt, spec.build(), spec
                 if self._rt.model is not None:
-                    self._rt.model = _Reporting(self._rt.model, self._current)
+                    self._rt.model = Reporting(self._rt.model, self._current)
                 if old is not None:
                     old.close()  # its runs in flight keep their own workers
             return self._rt
@@ -373,7 +254,7 @@ class _Slot:
 
 
 _Actor: Any = ray.remote(_RolloutActor)
-_TallyActor: Any = ray.remote(_Tally)
+_TallyActor: Any = ray.remote(Tally)
 
 
 # The reaper of a local cluster this process started and has not shut down.
@@ -403,7 +284,7 @@ class RayExecutor:
         self._starting = threading.Lock()
         self._streams = 0  # streams running now (several threads may share this executor)
         self._owns = False
-        self._tally: Any = None  # the _Tally actor, made with the first stream
+        self._tally: Any = None  # the Tally actor, made with the first stream
         # Made by make_executor for a config: shared by every Runtime of this process with
         # that config, so Runtime.close() leaves it running; closed at exit.
         self.shared = False
@@ -414,12 +295,12 @@ class RayExecutor:
             return
         if self.address is None:
             n = self.num_cpus or max(os.cpu_count() or 1, self.actors)
-            before = set(_descendants(os.getpid())) if os.path.isdir("/proc") else set()
+            before = set(descendants(os.getpid())) if os.path.isdir("/proc") else set()
             ray.init(num_cpus=n, include_dashboard=False, log_to_driver=False,
                      configure_logging=False)  # fmt: skip
             self._owns = True
             if not _STARTED:
-                _STARTED.append(_start_reaper(before))
+                _STARTED.append(start_reaper(before))
                 atexit.register(_shutdown_local)
         else:
             ray.init(address=self.address, log_to_driver=False, configure_logging=False)
@@ -568,7 +449,7 @@ class RayExecutor:
                     except RayActorError as e:
                         lost = True
                         slot.dead = True
-                        lost_tokens[i] += _take(tally, f"{token}{i}/{tries[i]}")
+                        lost_tokens[i] += take(tally, f"{token}{i}/{tries[i]}")
                         if runtime.cancelled:
                             t = _stopped(rollouts[i], h, "killed", "cancelled")
                         elif tries[i] == 0:
@@ -725,16 +606,6 @@ def close_shared() -> None:
         _SHARED.clear()
     for ex in shared:
         ex.shutdown()
-
-
-def _take(tally: Any, key: str) -> int:
-    """The tokens the tally holds for `key` (a lost try), removed; 0 when it cannot say."""
-    if tally is None:
-        return 0
-    try:
-        return int(ray.get(tally.take.remote(key), timeout=TALLY_S))
-    except Exception:  # noqa: BLE001 - accounting only: the rollout is retried regardless
-        return 0
 
 
 def _stopped(r: Rollout, h: str, status: Status, error: str) -> Trajectory:
