@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from whale.records import RecordError
+from whale.records import RecordError, record_dir
 from whale.search.agent import Session
-from whale.search.archive import Archive
+from whale.search.archive import Archive, ArchiveError
 from whale.train.data import Example
 from whale.train.launch import AccelerateTrainer
 from whale.train.sft import LoraSettings, SFTSettings
@@ -57,3 +57,19 @@ def test_a_linked_launch_folder_is_neither_emptied_nor_written(tmp_path, outside
     with pytest.raises(RecordError, match="launch: a symbolic link"):
         trainer.train([ex], workdir=link / "step_0001")
     assert (outside / "step_0001" / "precious").read_text() == "x"
+
+
+def test_a_dangling_link_on_the_way_is_a_record_error(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "evaluate").symlink_to(tmp_path / "gone", target_is_directory=True)
+    with pytest.raises(RecordError, match="dangling link"):
+        record_dir(run / "evaluate" / "x-abc")
+
+
+def test_a_candidate_folder_that_is_a_link_is_refused(tmp_path, outside):
+    root = tmp_path / "run" / "archive"
+    root.mkdir(parents=True)
+    (root / "c0000").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(ArchiveError, match="c0000: a symbolic link"):
+        Archive(root, ["q1"])

@@ -223,16 +223,22 @@ def evaluate(
             runtime.cancel()  # before closing the stream: it then does not wait for the runs
             raise
         except Exception:
-            # The executor failed (e.g. ExecutorUnavailable): the runs it already returned were
-            # paid for, so they are graded and recorded before the error goes up; a resume then
-            # does not pay for them again.
-            while len(results) < len(seen):
-                item = graders.next(block=True)
-                assert item is not None
-                if isinstance(item[2], BaseException):
-                    seen.discard(item[0])  # the first error is the one raised
-                else:
-                    record(item)
+            # The executor failed (e.g. ExecutorUnavailable) or a grade raised: no further run
+            # starts (closing the stream; a no-op on a stream that raised), and the runs already
+            # returned, paid for, are graded and recorded before the error goes up, so that a
+            # resume does not pay for them again. Ctrl-C meanwhile cancels as above.
+            try:
+                runs.close()
+                while len(results) < len(seen):
+                    item = graders.next(block=True)
+                    assert item is not None
+                    if isinstance(item[2], BaseException):
+                        seen.discard(item[0])  # the first error is the one raised
+                    else:
+                        record(item)
+            except (KeyboardInterrupt, SystemExit):
+                runtime.cancel()
+                raise
             raise
         finally:
             graders.stop()

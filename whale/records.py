@@ -81,7 +81,13 @@ def record_dir(path: Path) -> Path:
         path.mkdir(parents=True, exist_ok=True)
     except FileExistsError:  # a dangling link or a file: refused below
         pass
-    mode = os.lstat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):  # a dangling link or a file on the way
+        raise RecordError(f"{path}: a folder on the way is a dangling link or a file; whale "
+                          "does not write a run's records there") from None  # fmt: skip
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        raise RecordError(f"{path}: a folder on the way is a dangling link") from None
     if not stat.S_ISDIR(mode):
         what = "a symbolic link" if stat.S_ISLNK(mode) else "not a folder"
         raise RecordError(f"{path}: {what}; whale does not write a run's records through it "

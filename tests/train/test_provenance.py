@@ -95,6 +95,24 @@ def test_the_completions_code_wrapped_by_the_harness_proves_that_completion():
     assert answer_provenance(t).calls == {0}
 
 
+@pytest.mark.parametrize(("block", "ran"), [
+    ("import math, re, sys", "import math, re, sys\nprint(17 + 25)"),  # imports only
+    ("# TODO: compute the sum here", "# TODO: compute the sum here\nprint(17 + 25)"),
+    ("you are all worthless", '"""you are all worthless"""\nprint(17 + 25)'),  # prose
+])  # fmt: skip
+def test_a_block_that_does_no_work_is_not_the_code_that_ran(block, ran):
+    # The second hostile review: each of these proved the completion that held it.
+    t = traj("42", f"```python\n{block}\n```", python(ran, "42\n"))
+    assert answer_provenance(t).calls == frozenset()
+
+
+def test_a_program_of_the_harness_around_the_block_is_not_a_wrapper():
+    block = "total = sum(range(7))\nresult = total * 0"
+    ran = block + "\n" + "\n".join(f"helper_{k} = {k} * 2" for k in range(12)) + "\nprint(42)"
+    t = traj("42", f"```python\n{block}\n```", python(ran, "42\n"))
+    assert answer_provenance(t).calls == frozenset()
+
+
 def test_a_short_code_block_is_not_taken_for_the_code_that_ran():
     t = traj("42", "```\nx\n```", python("x = 6 * 7\nprint(x)", "42\n"))
     assert answer_provenance(t).calls == frozenset()

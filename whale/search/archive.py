@@ -70,7 +70,7 @@ class Archive:
         for stale in root.glob(".tmp-*"):
             shutil.rmtree(stale, ignore_errors=True)
         self._metas: dict[str, CandidateMeta] = {}
-        for folder in sorted(p for p in root.iterdir() if p.is_dir() and p.name[:1] == "c"):
+        for folder in sorted(p for p in root.iterdir() if p.name[:1] == "c" and _is_folder(p)):
             meta = CandidateMeta.from_dict(_read_json(folder / "meta.json"))
             if meta.id != folder.name:
                 raise ArchiveError(f"{folder}/meta.json names id {meta.id!r}")
@@ -189,6 +189,14 @@ def _regular(path: Path) -> Path:
     if not stat.S_ISREG(mode):
         raise ArchiveError(f"{path.parent.name}/{path.name} is not a regular file: not read")
     return path
+
+
+def _is_folder(path: Path) -> bool:
+    """A candidate folder: a real one. A link named like one is refused, not read through."""
+    mode = os.lstat(path).st_mode
+    if stat.S_ISLNK(mode):
+        raise ArchiveError(f"{path}: a symbolic link; whale does not read a candidate through it")
+    return stat.S_ISDIR(mode)
 
 
 def _read_json(path: Path) -> dict[str, Any]:

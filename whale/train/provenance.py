@@ -11,8 +11,9 @@ call only when the run's answer came from it:
 - the completion wrote code that the harness ran with `env.tools.python` after the call, and
   that code's recorded stdout holds the answer. "Wrote", whitespace normalized: the code that
   ran occurs in the completion (the whole reply or a block extracted from it), or a fenced
-  code block of the completion occurs in the code that ran (a harness that wraps the model's
-  code, adding an import or a `print(result)`).
+  code block of the completion occurs in the code that ran with at most MAX_WRAPPER_CHARS
+  around it (a harness that adds an import or a `print(result)`), the block being Python that
+  does something (not only imports, comments or prose).
 
 Only those calls are trained on; the earlier calls of the same conversation are not (they are
 context of a proven call's prompt, masked there). A run where no call carries the answer is
@@ -35,7 +36,9 @@ back: the rule cannot tell that from a passage the model reads its answer from (
 where finding the answer in the context is the skill), so it does not look at the prompt; the
 same goes for code the harness hands the model to copy. The code route covers only
 `env.tools.python` (code run any other way, e.g. by an `exec` in the harness, is not seen),
-and code that a completion holds counts however little of the work it does. An answer the
+and code that a completion holds counts however little of the work it does (a harness's
+short fallback around a failing block, `try: print(solve()) except: print(17 + 25)`, is not
+told apart). An answer the
 harness reformats beyond the above (a list re-joined, a number written out in words) is
 dropped: a false drop costs an example, a false keep trains on text that did not solve the
 task.
@@ -43,6 +46,7 @@ task.
 
 from __future__ import annotations
 
+import ast
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -64,6 +68,9 @@ _ARTICLES = frozenset(("a", "an", "the"))
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)```", re.DOTALL | re.IGNORECASE)
 # A block shorter than this (squeezed) is not taken as the code that ran: `x` in any program.
 MIN_BLOCK_CHARS = 16
+# What a harness may add around a completion's block for the block to still count as the code
+# that ran (squeezed characters): an import and a `print(result)`, not a program of its own.
+MAX_WRAPPER_CHARS = 120
 NO_PROVENANCE = "no answer provenance"
 
 
@@ -158,15 +165,15 @@ def answer_provenance(traj: Trajectory) -> Provenance:
             if e.get("error") is None and appears(target, text):
                 proven.add(len(texts))
             texts.append(_squeezed(text))
-            blocks.append([b for b in (_squeezed(m) for m in _FENCE.findall(text))
-                           if len(b) >= MIN_BLOCK_CHARS])  # fmt: skip
+            blocks.append([_squeezed(m) for m in _FENCE.findall(text) if _is_work(m)])
         elif e.get("kind") == "tool" and e.get("name") == "python":
             code, out = _code_and_stdout(e)
             if code is None or out is None:
                 continue
             c = _squeezed(code)
             wrote = {i for i, t in enumerate(texts)
-                     if c and (c in t or any(b in c for b in blocks[i]))}  # fmt: skip
+                     if c and (c in t or any(b in c and len(c) - len(b) <= MAX_WRAPPER_CHARS
+                                             for b in blocks[i]))}  # fmt: skip
             if wrote and appears(target, out):
                 proven |= wrote
     if proven:
@@ -177,6 +184,22 @@ def answer_provenance(traj: Trajectory) -> Provenance:
         f"{NO_PROVENANCE}: the answer {shown!r} is in none of the run's {len(texts)} "
         "completions, nor in the output of code one of them wrote",
     )
+
+
+def _is_work(block: str) -> bool:
+    """Whether a fenced block can be the work behind an answer: Python that parses and holds a
+    statement other than imports, `pass` and bare constants (a block of imports, a comment or
+    prose in a fence is not)."""
+    if len(_squeezed(block)) < MIN_BLOCK_CHARS:
+        return False
+    try:
+        tree = ast.parse(block)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    idle = (ast.Import, ast.ImportFrom, ast.Pass)
+    return any(not isinstance(st, idle)
+               and not (isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant))
+               for st in tree.body)  # fmt: skip
 
 
 def _code_and_stdout(event: dict[str, Any]) -> tuple[str | None, str | None]:

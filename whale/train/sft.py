@@ -48,6 +48,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from whale.records import record_dir
 from whale.train.data import IGNORE, Example
 
 log = logging.getLogger(__name__)
@@ -352,6 +353,7 @@ class LoraTrainer:
         if self.model is None:
             raise RuntimeError("trainer is closed")
         out = Path(out)
+        record_dir(out.parent)  # never through a linked folder (whale.records)
         tmp, old = out.with_name(out.name + ".tmp"), out.with_name(out.name + ".old")
         shutil.rmtree(tmp, ignore_errors=True)
         self.model.save_pretrained(str(tmp), state_dict=weights)

@@ -118,7 +118,8 @@ def _plan(name: str, model: ChatModel, fam: Family, runtime: Runtime, cs: Contex
     # after a later grpo is another model, and its proposals are not the stored ones
     ident = hashlib.sha256(model.name.encode()).hexdigest()[:10]
     d = out / f"{name}-{ident}" / fam.id.replace(":", "_")
-    record_dir(d.parent)  # never through a link (whale.records)
+    record_dir(out)  # never through a link (whale.records), at each level
+    record_dir(d.parent)
     record_dir(d)
     props = stored_proposals(d / "proposals.json", proposer, ctx, es.g, es.seed * 1000)
     echo = echo_screen(fam, seed_src)
