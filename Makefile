@@ -94,6 +94,8 @@ bench: install
 	$(PY) -m benchmarks.serve_adapter
 	$(PY) -m benchmarks.embedded_concurrency
 	$(PY) -m benchmarks.fanout
+	$(PY) -m benchmarks.prompt_bound
+	$(PY) -m benchmarks.vocab_longest
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache .mypy_cache

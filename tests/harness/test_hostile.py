@@ -30,10 +30,10 @@ def test_raising_harness_records_the_exception(runtime):
 
 def test_infinite_loop_times_out(sandbox):
     rt = Runtime(model=None, sandbox=Sandbox(sandbox), budget=Budget(run_timeout_s=1.0))
-    t0 = time.monotonic()
     t = rt.run("def run(q, env):\n    while True:\n        pass\n", "x")
-    # status timeout: the 1 s deadline ended it (it would never end); 60 s guards a hang only
-    assert t.status == "timeout" and time.monotonic() - t0 < 60
+    # status timeout: the 1 s deadline ended it (the loop never ends by itself); no wall-clock
+    # bound, which would measure this CPU
+    assert t.status == "timeout"
 
 
 def test_timeout_kills_the_whole_process_tree(sandbox):
@@ -189,7 +189,6 @@ def test_warm_workers_are_fresh_for_every_run(sandbox):
 
 
 def test_cpu_limit_ends_a_busy_harness_before_the_wall_timeout(sandbox):
-    t0 = time.monotonic()
     t = Runtime(
         model=None,
         sandbox=Sandbox(sandbox),
@@ -197,7 +196,7 @@ def test_cpu_limit_ends_a_busy_harness_before_the_wall_timeout(sandbox):
         limits=Limits(cpu_s=1),
     ).run("def run(q, env):\n    while True:\n        pass\n", "x")
     # crashed, not timeout: the 1 s CPU limit ended it before the 30 s wall timeout would
-    assert t.status == "crashed" and time.monotonic() - t0 < 30
+    assert t.status == "crashed"
 
 
 def test_open_files_are_capped(sandbox):
