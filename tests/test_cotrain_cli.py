@@ -62,3 +62,20 @@ def test_resume_refuses_flags_that_define_the_experiment(tmp_path):
     (tmp_path / "config.toml").write_text("")
     r = invoke("cotrain", "--resume", str(tmp_path), "--rollouts", "10")
     assert r.exit_code == 2 and "--rollouts" in r.output
+
+
+def test_a_sweep_without_a_validation_split_is_exit_2(tmp_path):
+    r = invoke("cotrain", "--sweep", "--validation", "0", "--out", str(tmp_path / "x"))
+    assert r.exit_code == 2 and "validation" in r.output
+
+
+def test_a_malformed_stagewise_is_exit_2(tmp_path):
+    r = invoke("cotrain", "--stagewise", "0.5", "--out", str(tmp_path / "x"))
+    assert r.exit_code == 2 and "--stagewise" in r.output
+
+
+def test_resume_refuses_a_sweep_or_a_new_stagewise(tmp_path):
+    (tmp_path / "config.toml").write_text("")
+    for flag in (["--sweep"], ["--stagewise", "1,2"], ["--validation", "5"]):
+        r = invoke("cotrain", "--resume", str(tmp_path), *flag)
+        assert r.exit_code == 2 and flag[0] in r.output

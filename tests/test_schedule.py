@@ -19,7 +19,7 @@ from whale.revise.loop import LoopSettings
 from whale.revise.operator import ReviseOperator
 from whale.revise.proposer import Proposer, ProposerConfig
 from whale.revise.store import OutcomeStore
-from whale.schedule import Cotrain, ScheduleSettings, phases
+from whale.schedule import Cotrain, Reads, ScheduleSettings, phases
 from whale.tasks import Grade, Question
 from whale.train.rsft import RsftSettings, Solver, WeightPhase, trainer_factory
 from whale.train.sft import LoraSettings, SFTSettings
@@ -43,8 +43,10 @@ def test_baselines_have_one_kind_of_phase():
     assert {k for k, _, _ in kinds("harness-only", cycles=3)} == {"harness"}
 
 
-def test_stagewise_spends_all_weight_phases_first():
-    assert [k for k, _, _ in kinds("stagewise", cycles=2)] == ["weight"] * 2 + ["harness"] * 2
+def test_stagewise_is_one_weight_stage_of_e_star_then_one_harness_stage_of_i_star():
+    got = [(p.kind, p.cycle, p.adaptive, p.epochs, p.iters)
+           for p in phases(ScheduleSettings("stagewise", cycles=3, stagewise=(1.5, 7)))]
+    assert got == [("weight", 1, False, 1.5, 0), ("harness", 1, False, 0.0, 7)]
 
 
 def test_unknown_schedule_is_refused():
@@ -113,12 +115,15 @@ def build(root: Path, tiny: Path, kind: str, rollouts: int, cycles: int = 2):
                         LoopSettings(rounds=1, g=1, workers=2, feedback=2))
     s = ScheduleSettings(kind, rollouts=rollouts, weight_epochs=0.25, harness_iters=1,
                          cycles=cycles)
-    run = Cotrain(root, kind, s, task, SEED, held, store, solver, weights, op, workers=2)
+    reads = Reads(root, kind, task, store, solver, 2, held)
+    run = Cotrain(root, kind, s, task, SEED, store, solver, weights, op, workers=2, read=reads)
+    run.reads = reads  # the test's handle on what was read
     return run, store, weights, serving
 
 
 def close(run, store, weights, serving):
     run.close()
+    run.reads.close()
     weights.close()
     store.close()
     serving.close()
@@ -160,6 +165,7 @@ def test_a_killed_cotrain_resumes_counting_every_rollout_once(tmp_path, tiny):
     ref = build(tmp_path / "ref" / "fixed", tiny, "fixed", rollouts=40, cycles=10)
     try:
         want = ref[0].run()
+        want["reads"] = ref[0].reads.rows()
     finally:
         close(*ref)
     # The same run, interrupted (Ctrl-C) as its 13th rollout is recorded, then resumed.
@@ -204,7 +210,7 @@ def test_adaptive_weight_phase_stops_by_patience_not_by_eval(tmp_path, tiny):
         run.operator = None  # weight phase only: call it directly
         from whale.schedule import Phase
 
-        rec = run.weight_phase(SEED, Phase("weight", 1, True))
+        rec = run.weight_phase(SEED, Phase("weight", 1, True, epochs=2.0))  # capped at 2 epochs
         steps = rec.detail["steps"]
         rewards = [s["reward"] for s in steps]
         # It stopped at the first step that set no new best after T_min (0.2 epoch = 1 step
@@ -273,12 +279,19 @@ def test_a_killed_search_cotrain_resumes_to_the_uninterrupted_result(tmp_path):
         op = SearchOperator(root / "harness", qs[:6], store, ScriptedModel([WORSE, WORSE, GOOD]),
                             SearchSettings(iterations=2, m=2, workers=2))
         s = ScheduleSettings("harness-only", rollouts=40, harness_iters=2, cycles=4)
-        return Cotrain(root, "harness-only", s, task, SUM_SEED, qs[20:24], store, solver, None,
-                       op, 2), store
+        reads = Reads(root, "harness-only", task, store, solver, 2, qs[20:24])
+        run = Cotrain(root, "harness-only", s, task, SUM_SEED, store, solver, None, op, 2,
+                      read=reads)
+        run.reads = reads
+        return run, store
+
+    def finish(run, st):
+        out = {**run.run(), "reads": run.reads.rows()}
+        run.close(), run.reads.close(), st.close()
+        return out
 
     ref, st = make(tmp_path / "ref" / "harness-only")
-    want = ref.run()
-    ref.close(), st.close()
+    want = finish(ref, st)
     run, st = make(tmp_path / "run" / "harness-only")
     real, n = st._ledger.write, [0]
 
@@ -291,10 +304,8 @@ def test_a_killed_search_cotrain_resumes_to_the_uninterrupted_result(tmp_path):
     st._ledger.write = write
     with pytest.raises(KeyboardInterrupt):
         run.run()
-    run.close(), st.close()
-    again, st = make(tmp_path / "run" / "harness-only")
-    got = again.run()
-    again.close(), st.close()
+    run.close(), run.reads.close(), st.close()
+    got = finish(*make(tmp_path / "run" / "harness-only"))
     assert got["training_rollouts"] == want["training_rollouts"]
     assert [(r["cycle"], r["training_rollouts"]) for r in got["reads"]] == \
         [(r["cycle"], r["training_rollouts"]) for r in want["reads"]]
@@ -329,12 +340,14 @@ def test_a_schedule_whose_cycle_spends_nothing_stops_instead_of_looping():
         op = SearchOperator(root / "harness", qs[:4], store, ScriptedModel([bad]),
                             SearchSettings(iterations=1, m=1, workers=2))
         s = ScheduleSettings("harness-only", rollouts=1000, harness_iters=1)
-        run = Cotrain(root, "harness-only", s, task, SUM_SEED, qs[20:22], store, solver, None,
-                      op, 2)
+        reads = Reads(root, "harness-only", task, store, solver, 2, qs[20:22])
+        run = Cotrain(root, "harness-only", s, task, SUM_SEED, store, solver, None, op, 2,
+                      read=reads)
         try:
             got = run.run()
         finally:
             run.close()
+            reads.close()
             store.close()
     assert got["stopped"].startswith("cycle 2 spent no training rollout")
     assert got["training_rollouts"] == 4  # the seed, scored once in cycle 1

@@ -236,7 +236,8 @@ def resolve(cfg: EvalConfig, unsafe: bool) -> tuple[Any, str, Any]:
         fail(f"runtime.sandbox = {cfg.runtime.sandbox!r}: {e}")
     try:
         task = load_task(
-            cfg.task.id, size=cfg.task.size or cfg.n, seed=cfg.task.seed, config=task_config(cfg)
+            cfg.task.id, size=cfg.task.size or cfg.n, seed=cfg.task.seed, config=task_config(cfg),
+            variant=cfg.task.variant,
         )
     except UnknownTask as e:
         fail(str(e))

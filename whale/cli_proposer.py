@@ -152,14 +152,19 @@ def evaluate_cmd(
     run: Path = _RUN,
     subject: str = typer.Option(None, "--subject", help="trained | sft | grpo | base | MODEL"),
     against: str = typer.Option(None, "--against", help="comma-separated: base, teacher, ..."),
-    g: int = typer.Option(None, "--g", help="single-step proposals per family"),
+    contexts: int = typer.Option(None, "--contexts",
+                                 help="contexts per family, each on its own Q_fb draw"),
+    g: int = typer.Option(None, "--g", help="single-step proposals per context"),
     rounds: int = typer.Option(None, "--rounds", help="ratchet rounds"),
     workers: int = typer.Option(None, "--workers"),
     config: Path = _CONFIG, set_: list[str] = _SET, unsafe: bool = _UNSAFE,
     as_json: bool = _JSON,
 ) -> None:  # fmt: skip
-    """On the unseen families: mean over G single-step proposals, the oracle best of G and a
-    ratchet run, scored on each family's held-out split (read once); paired differences."""
+    """On the unseen families, G single-step proposals on each of several contexts and a
+    ratchet run, scored on each family's held-out split (read once): applicability, the mean
+    and the oracle best of G (an edit that makes no harness read as 0 and as no change), the
+    ratchet's score after every round; paired differences. Decoded as `decoding` says."""
     flags = {"evaluate.subject": subject, "evaluate.against": _families(against),
-             "evaluate.g": g, "evaluate.rounds": rounds, "workers": workers}  # fmt: skip
+             "evaluate.contexts": contexts, "evaluate.g": g, "evaluate.rounds": rounds,
+             "workers": workers}  # fmt: skip
     _go("evaluate", run, _config(run, config, set_, flags, unsafe), as_json)

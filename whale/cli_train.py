@@ -69,7 +69,7 @@ def _run(cfg: CotrainConfig, run_dir: Path | None, unsafe: bool, kind: str,
     # resolve() only checks that the solver exists (cotrain serves it itself), uncached.
     ecfg = EvalConfig(task=cfg.task, harness=cfg.harness, runtime=cfg.runtime,
                       model=dataclasses.replace(cfg.solver, cache=False),
-                      n=cfg.train + cfg.eval)  # fmt: skip
+                      n=cfg.train + cfg.eval + cfg.validation)  # fmt: skip
     task_obj, source, _ = resolve(ecfg, unsafe)
     fault = run_contract_fault(source)
     if fault is not None:
@@ -86,6 +86,10 @@ def _run(cfg: CotrainConfig, run_dir: Path | None, unsafe: bool, kind: str,
             fail(f"proposer: {e}")
     if run_dir is None:
         run_dir = new_run_dir(cfg.out, kind, f"{cfg.task.id}-{Path(cfg.harness).stem}")
+    if cfg.sweep.enabled:
+        grid = len(cfg.sweep.grid())
+        err.print(f"[cyan]sweep: {grid} stagewise runs of up to {cfg.rollouts} training "
+                  "rollouts each, before the schedules[/cyan]")  # fmt: skip
     say = lambda s: err.print(f"[cyan]{escape(s)}[/cyan]")  # noqa: E731
     meta = guarded(lambda: run_cotrain(cfg, run_dir, task_obj, source, proposer, say), run_dir,
                    kind)  # fmt: skip
@@ -122,8 +126,12 @@ def cotrain_cmd(
     proposer: str = typer.Option(None, "--proposer", help="harness phase's proposer model"),
     schedule: str = typer.Option(None, "--schedule", help=_SCHEDULE_HELP),
     rollouts: int = typer.Option(None, "--rollouts", help="training rollouts per schedule"),
-    weight_epochs: float = typer.Option(None, "--weight-epochs", help="E (fixed, stagewise)"),
-    harness_iters: int = typer.Option(None, "--harness-iters", help="I (fixed, stagewise)"),
+    weight_epochs: float = typer.Option(None, "--weight-epochs", help="E (fixed, weight-only)"),
+    harness_iters: int = typer.Option(None, "--harness-iters", help="I (fixed, harness-only)"),
+    stagewise: str = typer.Option(None, "--stagewise", help="E_STAR,I_STAR: stagewise's "
+                                  "one weight stage (epochs) and one harness stage (iterations)"),
+    sweep: bool = typer.Option(False, "--sweep", help="first choose stagewise's (E*, I*) from "
+                               "the grid sweep.epochs x sweep.iters by validation accuracy"),
     cycles: int = typer.Option(None, "--cycles", help="N: most cycles of any schedule"),
     g: int = typer.Option(None, "--g", help="weight phase: trajectories per prompt"),
     m: int = typer.Option(None, "--m", help="harness phase: candidates per iteration"),
@@ -131,6 +139,8 @@ def cotrain_cmd(
     train: int = typer.Option(None, "--train", help="training prompt pool"),
     search: int = typer.Option(None, "--search", help="first N of the pool score harnesses"),
     n_eval: int = typer.Option(None, "--eval", help="held-out questions, read at boundaries"),
+    validation: int = typer.Option(None, "--validation", help="validation questions (0: none): "
+                                   "the reported best point and the sweep's choice only"),
     serving: str = typer.Option(None, "--serving", help="embedded | hf | vllm"),
     operator: str = typer.Option(None, "--operator", help="search | revise"),
     workers: int = typer.Option(None, "--workers"),
@@ -147,13 +157,22 @@ def cotrain_cmd(
     """WHALE: alternate weight phases (rejection-sampling SFT of the solver) and harness
     phases (Meta-Harness search), switched by fixed budgets or patience rules, against
     weight-only, harness-only and stagewise baselines at the same rollout budget; the eval
-    split is read at every phase boundary (curves only). Writes curves.csv and curves.png."""
+    split is read at every phase boundary (curves only), the validation split too (each
+    schedule's reported best point). --sweep first picks stagewise's (E*, I*) by validation
+    accuracy (sweep.json). Writes curves.csv, curves.png and summary.md."""
     pat = None
     if patience is not None:
         try:
             pat = [int(x) for x in patience.split(",")]
         except ValueError:
             fail(f"--patience {patience!r}: want J_MIN,P_H, e.g. 6,2")
+    star = None
+    if stagewise is not None:
+        try:
+            e_star, i_star = stagewise.split(",")
+            star = [float(e_star), int(i_star)]
+        except ValueError:
+            fail(f"--stagewise {stagewise!r}: want E_STAR,I_STAR, e.g. 0.75,3")
     scheds = [s.strip() for s in schedule.split(",")] if schedule is not None else None
     if resume is not None:
         given = {"--task": task, "--harness": harness, "--solver": solver, "--g": g, "--m": m,
@@ -161,7 +180,8 @@ def cotrain_cmd(
                  "--eval": n_eval, "--seed": seed, "--out": out_dir, "--config": config,
                  "--rollouts": rollouts, "--weight-epochs": weight_epochs,
                  "--harness-iters": harness_iters, "--cycles": cycles, "--patience": pat,
-                 "--serving": serving, "--operator": operator}  # fmt: skip
+                 "--serving": serving, "--operator": operator, "--stagewise": star,
+                 "--validation": validation, "--sweep": True if sweep else None}  # fmt: skip
         cfg = _resume_config(resume, given, {"workers": workers, "schedules": scheds}, set_)
         _run(cfg, resume, unsafe, "cotrain", as_json)
         return
@@ -170,7 +190,8 @@ def cotrain_cmd(
              "weight_epochs": weight_epochs, "harness_iters": harness_iters, "cycles": cycles,
              "rsft.g": g, "m": m, "patience": pat, "train": train, "search": search,
              "eval": n_eval, "serving": serving, "operator": operator, "workers": workers,
-             "seed": seed, "out": out_dir}  # fmt: skip
+             "seed": seed, "out": out_dir, "stagewise": star, "validation": validation,
+             "sweep.enabled": True if sweep else None}  # fmt: skip
     cfg = load_config(CotrainConfig, config, set_, flags)
     check_out(cfg.out)
     _run(cfg, None, unsafe, "cotrain", as_json)
@@ -203,8 +224,9 @@ def rsft_cmd(
     as_json: bool = typer.Option(False, "--json", help="print one JSON summary"),
 ) -> None:
     """The weight phase alone: rejection-sampling SFT of the solver under a frozen harness
-    (G samples per prompt, verifier-accepted ones trained on, LoRA, steps of 0.2 epoch), the
-    eval split read before and after. (`whale cotrain --schedule weight-only`, one cycle.)"""
+    (G samples per prompt, verifier-accepted ones trained on, LoRA, steps of rsft.step_epochs,
+    0.05 epoch by default), the eval and validation splits read before and after. (`whale
+    cotrain --schedule weight-only`, one cycle.)"""
     if resume is not None:
         given = {"--task": task, "--harness": harness, "--solver": solver, "--g": g,
                  "--train": train, "--eval": n_eval, "--seed": seed, "--out": out_dir,

@@ -10,17 +10,23 @@ weights. Schedules (`SCHEDULES`):
   score), capped at `max_weight_epochs` / `max_harness_iters`;
 - `fixed`: E epochs, then I iterations, each cycle;
 - `weight-only`, `harness-only`: one kind of phase, E epochs or I iterations per cycle;
-- `stagewise`: N weight phases of E epochs first, then N harness phases of I iterations.
+- `stagewise`, as the paper runs it: ONE weight stage of E* epochs, then ONE harness stage of
+  I* iterations (`stagewise = (E*, I*)`, its own setting; one cycle).
 Every schedule stops when its budget of training rollouts is spent, so that schedules can be
-compared at the same rollout budget; fixed and stagewise also after N = `cycles` cycles
-(default 3; a given N caps every schedule), and any schedule after a cycle that spent no
-rollout (a proposer whose every edit fails would otherwise cycle for ever).
+compared at the same rollout budget; fixed also after N = `cycles` cycles (default 3; a given N
+caps every schedule), and any schedule after a cycle that spent no rollout (a proposer whose
+every edit fails would otherwise cycle for ever). A harness phase is not started with fewer
+rollouts left than one scoring of the search split (`scoring_rollouts`): it could not pay for
+one candidate, and scoring its start harness alone would overshoot the budget.
 
-Validation never drives switching: the eval split is scored at every phase boundary for the
-curves only, and each read is a line of `reads.jsonl`. Every rollout is one row of the
-schedule's ledger (`outcomes.jsonl`, an `OutcomeStore`), tagged with schedule, cycle, phase,
-kind (weight_sample, harness_score, eval), step and adapter: training rollouts are the rows of
-the first two kinds, counted the same way for every schedule.
+What is read at a phase boundary (the eval split for the curves, the validation split for the
+reported best point) is read by a `BoundaryRead` callback handed to the loop: it gets
+(cycle, boundary, harness, training rollouts) and returns nothing, so no read can reach a
+switching rule, and the phases themselves never see it (`Reads` is the one cotrain uses; it
+writes `reads.jsonl`). Every rollout is one row of the schedule's ledger (`outcomes.jsonl`, an
+`OutcomeStore`), tagged with schedule, cycle, phase, kind (weight_sample, harness_score, eval,
+validation), step and adapter: training rollouts are the rows of the first two kinds, counted
+the same way for every schedule.
 
 Resume replays: a killed run, started again, runs this same loop; every rollout already in the
 ledger, every weight step on disk (with its adapter), every archived candidate and proposer
@@ -31,11 +37,12 @@ nothing twice, and the run continues at the step where it was killed.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from whale.evaluate import EvalResult
 from whale.operators import HarnessOperator, OperatorBudget
 from whale.records import JsonlWriter, iter_jsonl
 from whale.revise.store import OutcomeStore
@@ -45,15 +52,22 @@ from whale.train.rsft import Solver, WeightPhase, WeightStep
 
 SCHEDULES = ("adaptive", "fixed", "weight-only", "harness-only", "stagewise")
 
+# (cycle, boundary, harness source, training rollouts spent before the read) -> nothing.
+BoundaryRead = Callable[[int, str, str, int], None]
+
+
+def no_read(cycle: int, boundary: str, h: str, spent: int) -> None:
+    """A `BoundaryRead` that reads nothing (a sweep point: scored once, after its run)."""
+
 
 @dataclass(frozen=True)
 class ScheduleSettings:
     kind: str = "adaptive"
     rollouts: int = 300  # training rollouts (weight samples + harness scoring) of the run
-    weight_epochs: float = 0.2  # E: one weight phase of fixed, weight-only, stagewise
-    harness_iters: int = 6  # I: one harness phase of fixed, harness-only, stagewise
-    # N: the cycles of fixed and stagewise (3 when None); the other schedules run until the
-    # rollout budget is spent unless N is given.
+    weight_epochs: float = 0.2  # E: one weight phase of fixed and weight-only
+    harness_iters: int = 6  # I: one harness phase of fixed and harness-only
+    # N: the cycles of fixed (3 when None); the other schedules run until the rollout budget
+    # is spent unless N is given (stagewise is one cycle).
     cycles: int | None = None
     patience: tuple[int, int] = (6, 2)  # (J_min, P_h) of an adaptive harness phase
     max_weight_epochs: float = 2.0  # caps of one adaptive phase
@@ -61,6 +75,10 @@ class ScheduleSettings:
     # weight-only (and `whale rsft --patience`): end each weight phase by the weight patience
     # rule instead of after E epochs.
     weight_patience: bool = False
+    stagewise: tuple[float, int] = (0.75, 3)  # (E*, I*): stagewise's one weight + harness stage
+    # Rollouts of one harness scoring (the search split): a harness phase with fewer left
+    # cannot pay for a candidate, so it is not started.
+    scoring_rollouts: int = 1
 
     def __post_init__(self) -> None:
         if self.kind not in SCHEDULES:
@@ -72,21 +90,25 @@ class Phase:
     kind: str  # "weight" | "harness"
     cycle: int
     adaptive: bool
+    epochs: float = 0.0  # weight phase: its length (fixed) or its cap (adaptive)
+    iters: int = 0  # harness phase: its iterations (fixed) or its cap (adaptive)
 
 
 def phases(s: ScheduleSettings) -> Iterator[Phase]:
     """The phases of schedule `s`, in order (the loop also stops at the rollout budget)."""
-    adaptive = s.kind == "adaptive"
-    n = s.cycles if s.cycles is not None else 3 if s.kind in ("fixed", "stagewise") else 10**6
-    if s.kind == "stagewise":
-        yield from (Phase("weight", c, False) for c in range(1, n + 1))
-        yield from (Phase("harness", c, False) for c in range(n + 1, 2 * n + 1))
+    if s.kind == "stagewise":  # the whole weight budget once, then the whole harness budget
+        yield Phase("weight", 1, False, epochs=s.stagewise[0])
+        yield Phase("harness", 1, False, iters=s.stagewise[1])
         return
+    adaptive = s.kind == "adaptive"
+    n = s.cycles if s.cycles is not None else 3 if s.kind == "fixed" else 10**6
+    wp = adaptive or s.weight_patience
     for c in range(1, n + 1):
         if s.kind != "harness-only":
-            yield Phase("weight", c, adaptive or s.weight_patience)
+            yield Phase("weight", c, wp, epochs=s.max_weight_epochs if wp else s.weight_epochs)
         if s.kind != "weight-only":
-            yield Phase("harness", c, adaptive)
+            yield Phase("harness", c, adaptive,
+                        iters=s.max_harness_iters if adaptive else s.harness_iters)  # fmt: skip
 
 
 @dataclass
@@ -106,34 +128,39 @@ class PhaseRecord:
 
 
 class Cotrain:
-    """One schedule's run in `root`: its ledger, weight steps, archives, reads and phases."""
+    """One schedule's run in `root`: its ledger, weight steps, archives and phases. What is read
+    at each boundary is `read`'s business (`Reads`): the loop hands it the state and gets
+    nothing back."""
 
     def __init__(self, root: Path, name: str, s: ScheduleSettings, task: Task,
-                 seed_harness: str, eval_set: list[Question], store: OutcomeStore,
-                 solver: Solver, weights: WeightPhase | None,
-                 operator: HarnessOperator | None, workers: int,
+                 seed_harness: str, store: OutcomeStore, solver: Solver,
+                 weights: WeightPhase | None, operator: HarnessOperator | None, workers: int,
+                 read: BoundaryRead = no_read,
                  say: Callable[[str], None] = lambda m: None) -> None:  # fmt: skip
         self.root, self.name, self.s, self.task = root, name, s, task
-        self.seed_harness, self.eval_set, self.store = seed_harness, eval_set, store
+        self.seed_harness, self.store = seed_harness, store
         self.solver, self.weights, self.operator = solver, weights, operator
-        self.workers, self.say = workers, say
+        self.workers, self.read, self.say = workers, read, say
         self.spent = 0  # training rollouts, as replayed (store.used counts, see OutcomeStore)
         self.k = 0  # global weight step
         self.position = 0  # training prompts consumed
-        self.reads = {(r["cycle"], r["boundary"]): r for _, r in iter_jsonl(root / "reads.jsonl")}
         self.finished = {(r["cycle"], r["phase"]) for _, r in iter_jsonl(root / "phases.jsonl")}
-        self._reads = JsonlWriter(root / "reads.jsonl")
         self._phases = JsonlWriter(root / "phases.jsonl")
 
     # -- the loop (the paper's pseudocode) -----------------------------------------------------
     def run(self) -> dict[str, Any]:
         h = self.seed_harness
-        self.read_eval(0, "start", h)
+        self.read(0, "start", h, self.spent)
         stopped = "all its cycles"
         cycle, at_cycle_start = 0, 0
         for p in phases(self.s):
-            if self.spent >= self.s.rollouts:
+            left = self.s.rollouts - self.spent
+            if left <= 0:
                 stopped = f"rollout budget {self.s.rollouts} spent"
+                break
+            if p.kind == "harness" and left < self.s.scoring_rollouts:
+                stopped = (f"rollout budget {self.s.rollouts}: {left} left, less than one "
+                           f"scoring of the search split ({self.s.scoring_rollouts})")  # fmt: skip
                 break
             if p.cycle != cycle:
                 if cycle and self.spent == at_cycle_start:  # e.g. every candidate invalid
@@ -151,14 +178,13 @@ class Cotrain:
             cap = f"/{self.s.rollouts}" if self.s.rollouts < 10**9 else ""
             self.say(f"[{self.name}] cycle {p.cycle} {p.kind} phase: {rec.stopped}; "
                      f"{self.spent}{cap} training rollouts")  # fmt: skip
-            self.read_eval(p.cycle, p.kind, h)
+            self.read(p.cycle, p.kind, h, self.spent)
         if self.spent < self.s.rollouts and self.s.rollouts < 10**9:
             stopped += f" ({self.s.rollouts - self.spent} of {self.s.rollouts} rollouts unspent)"
             self.say(f"[{self.name}] ended after {stopped}: compare schedules at equal cost")
         return {"schedule": self.name, "stopped": stopped, "training_rollouts": self.spent,
                 "harness": self.store.save_harness(h), "adapter": self.solver.digest,
-                "adapter_path": str(self.solver.adapter) if self.solver.adapter else None,
-                "reads": list(self.reads.values())}  # in the order read  # fmt: skip
+                "adapter_path": str(self.solver.adapter) if self.solver.adapter else None}
 
     def weight_phase(self, h: str, p: Phase) -> PhaseRecord:
         assert self.weights is not None
@@ -182,8 +208,8 @@ class Cotrain:
                      + (f", {len(st.unproven)} without answer provenance" if st.unproven else "")
                      + "), "
                      + (f"loss {st.loss:.3f}" if st.trained else f"skipped: {st.skipped}"))
-            if not p.adaptive and epochs + EPS >= self.s.weight_epochs:
-                stopped = f"{self.s.weight_epochs:g} epochs"
+            if not p.adaptive and epochs + EPS >= p.epochs:
+                stopped = f"{p.epochs:g} epochs"
                 break
             if p.adaptive:
                 run, track = 0.0, []
@@ -193,8 +219,8 @@ class Cotrain:
                 if patience.should_stop(track):
                     stopped = f"patience: no new best reward for {patience.p_w:g} epochs"
                     break
-                if epochs + EPS >= self.s.max_weight_epochs:
-                    stopped = f"cap of {self.s.max_weight_epochs:g} epochs"
+                if epochs + EPS >= p.epochs:
+                    stopped = f"cap of {p.epochs:g} epochs"
                     break
         hh = self.store.save_harness(h)
         return PhaseRecord(p.cycle, "weight", hh, hh, start, self.solver.digest,
@@ -207,7 +233,7 @@ class Cotrain:
         t0 = time.monotonic()
         budget = OperatorBudget(
             rollouts=self.s.rollouts - self.spent,
-            iterations=self.s.max_harness_iters if p.adaptive else self.s.harness_iters,
+            iterations=p.iters,
             patience=self.s.patience if p.adaptive else None,
         )
         self.store.rebind(self.solver.fingerprint, **self._tags(p, "harness_score", p.cycle))
@@ -224,39 +250,76 @@ class Cotrain:
                            detail={"start_score": rec.start_score, "end_score": rec.end_score,
                                    **rec.detail})  # fmt: skip
 
-    def read_eval(self, cycle: int, boundary: str, h: str) -> dict[str, Any]:
-        """Score the eval split (for the curves only; nothing reads it to decide)."""
-        # Tagged with the phase that just ended (its row of phases.csv counts them as
-        # eval_rollouts); the start read has no phase: "eval".
-        tags = {"schedule": self.name, "cycle": cycle,
-                "phase": "eval" if boundary == "start" else boundary, "kind": "eval",
-                "step": 0, "adapter": self.solver.digest}  # fmt: skip
-        self.store.rebind(self.solver.fingerprint, **tags)
-        rt = self.solver.runtime(self.workers)
-        try:
-            ev = self.store.evaluate(rt, h, self.task, self.eval_set, "eval", self.workers)
-        finally:
-            rt.close()
-        if (cycle, boundary) not in self.reads:
-            s = ev.summary()
-            row: dict[str, Any] = {"schedule": self.name, "cycle": cycle, "boundary": boundary,
-                   "training_rollouts": self.spent, "accuracy": ev.accuracy, "score": ev.score,
-                   "n": ev.n, "harness": self.store.save_harness(h),
-                   "adapter": self.solver.digest, "truncation_rate": s["truncation_rate"],
-                   "format_compliance": 1 - s["format_failures"] / max(1, ev.n),
-                   "at": time.time()}  # fmt: skip
-            row.update({k: s[k] for k in ("retrieval_accuracy", "answer_extraction") if k in s})
-            self._reads.write(row)
-            self.reads[(cycle, boundary)] = row
-            self.say(f"[{self.name}] eval after {boundary} (cycle {cycle}): accuracy "
-                     f"{ev.accuracy:.3f} at {self.spent} training rollouts")  # fmt: skip
-        return self.reads[(cycle, boundary)]
-
     def _tags(self, p: Phase, kind: str, step: int) -> dict[str, Any]:
         return {"schedule": self.name, "cycle": p.cycle, "phase": p.kind, "kind": kind,
                 "step": step, "adapter": self.solver.digest}  # fmt: skip
 
     def close(self) -> None:
-        self._reads.close()
         self._phases.close()
 
+
+class Reads:
+    """The reads at phase boundaries of one schedule, a `BoundaryRead`: the eval split (for
+    the curves only) and, where there is one, the validation split (to choose the reported best
+    point; `whale.analysis.curves`). One row of `reads.jsonl` per (cycle, boundary); the ledger
+    rows are of kind "eval" and "validation". A replayed read is answered from the ledger and
+    not written again. Nothing here is returned to the loop that calls it."""
+
+    def __init__(self, root: Path, name: str, task: Task, store: OutcomeStore, solver: Solver,
+                 workers: int, eval_set: Sequence[Question],
+                 validation: Sequence[Question] = (),
+                 say: Callable[[str], None] = lambda m: None) -> None:  # fmt: skip
+        self.name, self.task, self.store, self.solver = name, task, store, solver
+        self.workers, self.eval_set, self.validation = workers, list(eval_set), list(validation)
+        self.say = say
+        self._rows = {(r["cycle"], r["boundary"]): r for _, r in iter_jsonl(root / "reads.jsonl")}
+        self._log = JsonlWriter(root / "reads.jsonl")
+
+    def __call__(self, cycle: int, boundary: str, h: str, spent: int) -> None:
+        ev = self.score("eval", self.eval_set, cycle, boundary, h)
+        va = self.score("validation", self.validation, cycle, boundary, h) \
+            if self.validation else None  # fmt: skip
+        if (cycle, boundary) in self._rows:
+            return
+        s = ev.summary()
+        row: dict[str, Any] = {"schedule": self.name, "cycle": cycle, "boundary": boundary,
+               "training_rollouts": spent, "accuracy": ev.accuracy, "score": ev.score,
+               "n": ev.n, "harness": self.store.save_harness(h), "adapter": self.solver.digest,
+               "truncation_rate": s["truncation_rate"],
+               "format_compliance": 1 - s["format_failures"] / max(1, ev.n),
+               "validation_accuracy": va.accuracy if va else None,
+               "validation_n": va.n if va else 0, "at": time.time()}  # fmt: skip
+        row.update({k: s[k] for k in ("retrieval_accuracy", "answer_extraction") if k in s})
+        self._log.write(row)
+        self._rows[(cycle, boundary)] = row
+        val = f", validation {va.accuracy:.3f}" if va else ""
+        self.say(f"[{self.name}] eval after {boundary} (cycle {cycle}): accuracy "
+                 f"{ev.accuracy:.3f}{val} at {spent} training rollouts")  # fmt: skip
+
+    def score(self, kind: str, questions: Sequence[Question], cycle: int, boundary: str,
+              h: str) -> EvalResult:  # fmt: skip
+        """`h` under the current weights on `questions`, as ledger rows of `kind` tagged with
+        the phase that just ended (the start read has no phase: "eval")."""
+        return score_split(self.store, self.solver, self.task, h, questions, self.workers,
+                           {"schedule": self.name, "cycle": cycle, "kind": kind,
+                            "phase": "eval" if boundary == "start" else boundary})  # fmt: skip
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The reads, in the order read."""
+        return list(self._rows.values())
+
+    def close(self) -> None:
+        self._log.close()
+
+
+def score_split(store: OutcomeStore, solver: Solver, task: Task, h: str,
+                questions: Sequence[Question], workers: int,
+                tags: dict[str, Any]) -> EvalResult:  # fmt: skip
+    """Harness `h` under the solver's current weights on `questions`, through the ledger
+    (`tags`: schedule, cycle, phase, kind; its `kind` is also the split name of the rows)."""
+    store.rebind(solver.fingerprint, **tags, step=0, adapter=solver.digest)
+    rt = solver.runtime(workers)
+    try:
+        return store.evaluate(rt, h, task, list(questions), tags["kind"], workers)
+    finally:
+        rt.close()

@@ -47,7 +47,7 @@ class FakeCotrain:
                "extra_key": "ignored"} | over  # fmt: skip
         self.ledger.write(rec)
         self.lines += 1
-        if kind != "eval":
+        if kind not in ("eval", "validation"):
             self.trained += 1
 
     def phase(self, cycle, phase, n, **over):
@@ -55,15 +55,20 @@ class FakeCotrain:
         for i in range(n):
             self.row(cycle, phase, kind, i, **over)
 
-    def read(self, cycle, boundary, accuracy, n=4):
+    def read(self, cycle, boundary, accuracy, n=4, validation=None):
         tag = "eval" if self.eval_tag == "eval" or boundary == "start" else boundary
         for i in range(n):
             self.row(cycle, tag, "eval", 100 + i, split="eval")
+        if validation is not None:  # validation rows: never training either
+            for i in range(2):
+                self.row(cycle, tag, "validation", 200 + i, split="validation")
         self.read_at.append((self.lines, self.trained))
         counted = self.lines if self.count_eval else self.trained
         self.reads.write({"schedule": self.name, "cycle": cycle, "boundary": boundary,
                           "training_rollouts": counted, "accuracy": accuracy, "score": accuracy,
-                          "n": n, "harness": "h0", "adapter": "a1" if boundary == "weight" else None})  # fmt: skip
+                          "n": n, "harness": "h0", "adapter": "a1" if boundary == "weight" else None,
+                          "validation_accuracy": validation,
+                          "validation_n": 0 if validation is None else 2})  # fmt: skip
 
     def close(self):
         self.ledger.close()
@@ -80,11 +85,11 @@ def three_schedules(out):
     a.phase(1, "weight", 2)
     a.read(1, "weight", 0.5)
     w = FakeCotrain(out, "weight-only", eval_tag="ended")
-    w.read(0, "start", 0.25)
+    w.read(0, "start", 0.25, validation=0.5)
     w.phase(0, "weight", 8)
-    w.read(0, "weight", 0.5)
+    w.read(0, "weight", 0.5, validation=1.0)  # the best point: validation chooses it
     w.phase(1, "weight", 8)
-    w.read(1, "weight", 0.5)
+    w.read(1, "weight", 0.75, validation=0.5)  # eval's best, not the reported one
     h = FakeCotrain(out, "harness-only")
     h.read(0, "start", 0.25)
     h.phase(0, "harness", 2)
@@ -145,14 +150,17 @@ def test_reads_count_exactly_the_training_rows_written_before_them(tmp_path):
         mine = [row for row in rows if row["schedule"] == name]
         assert len(mine) == len(sim.read_at)
         for row, (before, trained) in zip(mine, sim.read_at, strict=True):
-            in_file = sum(json.loads(x)["kind"] != "eval" for x in lines[:before])
+            in_file = sum(json.loads(x)["kind"] not in ("eval", "validation")
+                          for x in lines[:before])  # fmt: skip
             assert row["training_rollouts"] == row["ledger_rollouts"] == in_file == trained
 
 
 def test_count_rollouts_per_kind_matches_what_was_written(tmp_path):
     three_schedules(tmp_path)
     assert count_rollouts(tmp_path / "adaptive") == {
-        "weight_sample": 6, "harness_score": 3, "eval": 16, "training": 9}  # fmt: skip
+        "weight_sample": 6, "harness_score": 3, "eval": 16, "validation": 0,
+        "training": 9}  # fmt: skip
+    assert count_rollouts(tmp_path / "weight-only")["validation"] == 6  # 3 reads of 2
     # harness-only spent 5 rollouts after its last read: counted, though no read shows them
     assert count_rollouts(tmp_path / "harness-only")["training"] == 7
 
@@ -217,6 +225,7 @@ def test_phases_csv_has_training_metrics_and_the_read_that_ended_each_phase(tmp_
     # weight-only tags a read's eval rows with the phase that just ended: still not training
     ww = by_key[("weight-only", "1", "weight")]
     assert (ww["rollouts"], ww["eval_rollouts"], ww["cum_rollouts"]) == ("8", "4", "16")
+    assert ww["validation_rollouts"] == "2"  # its read's validation rows: not training either
     # harness-only's last phase ended without a read
     assert by_key[("harness-only", "1", "harness")]["eval_accuracy"] == ""
 
@@ -247,17 +256,20 @@ def test_the_task_name_is_drawn_in_the_title(tmp_path):
 def test_markdown_table_per_schedule(tmp_path):
     three_schedules(tmp_path)
     lines = markdown_table(tmp_path).splitlines()
-    assert lines[0].startswith("| schedule | base eval acc | final eval acc | best eval acc")
-    assert "| adaptive | 0.250 | 0.500 | 0.750 | 7 | 9 |" in lines
-    assert "| harness-only | 0.250 | 1.000 | 1.000 | 2 | 7 |" in lines
-    assert "| weight-only | 0.250 | 0.500 | 0.500 | 8 | 16 |" in lines  # first read at best
+    assert lines[0].startswith("| schedule | base eval acc | final eval acc | eval acc at best "
+                               "val | best val acc | rollouts at best | training rollouts |")
+    # No validation reads, no stagewise schedule, no phases.jsonl: dashes
+    assert "| adaptive | 0.250 | 0.500 | - | - | - | 9 | - | - | - |" in lines
+    assert "| harness-only | 0.250 | 1.000 | - | - | - | 7 | - | - | - |" in lines
+    # The reported best is the read of best validation accuracy (8 rollouts), not eval's max
+    assert "| weight-only | 0.250 | 0.750 | 0.500 | 1.000 | 8 | 16 | - | - | - |" in lines
 
 
 def test_a_schedule_without_reads_gets_dashes(tmp_path):
     s = FakeCotrain(tmp_path, "fixed")
     s.phase(0, "weight", 2)
     s.close()
-    assert "| fixed | - | - | - | - | 2 |" in markdown_table(tmp_path).splitlines()
+    assert "| fixed | - | - | - | - | - | 2 | - | - | - |" in markdown_table(tmp_path).splitlines()
 
 
 # --- bad files -------------------------------------------------------------------------------

@@ -256,7 +256,7 @@ def test_the_pool_keeps_adapts_held_out_questions_out(tmp_path):
     assert [q.id for q in held] == [q.id for q in want] and len(held) == 75
     pool = Excluding(task, held)
     assert len(pool.questions()) == cfg.pool_size() - 75
-    train, probe = cotrain_splits(pool, cfg.cotrain())  # type: ignore[arg-type]
+    train, probe, _ = cotrain_splits(pool, cfg.cotrain())  # type: ignore[arg-type]
     check_disjoint({"train": train, "probe": probe, "adapt held-out": held})
     assert pool.expected(train[0]) == train[0].reference  # other attributes are the task's
 
@@ -279,7 +279,7 @@ def test_cotrain_config_is_two_probes_of_one_cycle_at_one_budget():
 
 def fake_cotrain(cfg, run_dir, task, source, proposer, say):
     """Writes probe records for the questions cotrain would read (its real splits)."""
-    _, probe = cotrain_splits(task, cfg)
+    _, probe, _ = cotrain_splits(task, cfg)
     rng = random.Random(0)
     for sched in cfg.schedules:
         d = run_dir / sched

@@ -112,8 +112,8 @@ def test_seeds_are_clean(name):
     assert interface_violations(load_harness(name)) == []
 
 
-def test_the_proposer_prompts_worked_example_is_clean():
-    text = resources.files("whale.revise").joinpath("prompts", "proposer.txt").read_text()
+def test_the_hinted_prompts_worked_example_is_clean():
+    text = resources.files("whale.revise").joinpath("prompts", "proposer_hinted.txt").read_text()
     search, replace = re.search(
         r"<<<<<<< SEARCH\n(.*?)=======\n(.*?)>>>>>>> REPLACE", text, re.S
     ).groups()

@@ -38,14 +38,14 @@ def test_a_good_edit_is_kept_and_improves_held_out(task, tmp_path):
 
 def test_ratchet_never_lowers_the_kept_dev_score(task, tmp_path):
     r = run_loop(task, tmp_path, [GOOD_EDIT, BAD_EDIT], rounds=3)
-    kept = [x.decision.kept_score for x in r.rounds]
+    kept = [x.decision.kept_accuracy for x in r.rounds]
     assert kept == sorted(kept) and kept[-1] == 1.0
 
 
 def test_best_of_g_may_go_below_the_parent(task, tmp_path):
     r = run_loop(task, tmp_path, [GOOD_EDIT, BAD_EDIT], rule="best-of-g", rounds=2)
-    assert r.rounds[0].decision.kept_score == 1.0
-    assert r.rounds[1].decision.kept_score == 0.0 and r.rounds[1].decision.chosen == 0
+    assert r.rounds[0].decision.kept_accuracy == 1.0
+    assert r.rounds[1].decision.kept_accuracy == 0.0 and r.rounds[1].decision.chosen == 0
 
 
 def test_identical_candidates_are_scored_once(task, tmp_path):
@@ -58,17 +58,19 @@ def test_identical_candidates_are_scored_once(task, tmp_path):
 def test_invalid_candidates_are_kept_with_their_reason(task, tmp_path):
     r = run_loop(task, tmp_path, ["no edit here"], rounds=1)
     (c,) = r.rounds[0].candidates
-    assert not c.valid and "no SEARCH/REPLACE" in c.reason and c.score is None
+    assert not c.valid and "no SEARCH/REPLACE" in c.reason and c.accuracy is None
     saved = json.loads((tmp_path / "round_01" / "candidates.json").read_text())
     assert saved[0]["reason"] == c.reason
 
 
 def test_reward_worked_example_from_the_paper():
-    # parses, runnable, ρ_run = 0.9, completed trials score 0.5: J = 0.45, v = 0.285
-    outcomes = [Outcome(f"q{i}", "x", 0.5, False, "ok") for i in range(9)]
-    outcomes.append(Outcome("q9", None, 0.0, False, "timeout"))
-    j = sum(o.score for o in outcomes) / len(outcomes)
+    # parses, runnable, ρ_run = 0.9, completed trials right half the time: J = 0.45 (the
+    # verifier's accuracy), v = 0.285
+    outcomes = [Outcome(f"q{i}", "x", float(i % 2), i % 2 == 1, "ok") for i in range(18)]
+    outcomes += [Outcome(f"t{i}", None, 0.0, False, "timeout") for i in range(2)]
+    j = sum(o.correct for o in outcomes) / len(outcomes)
     rho = sum(o.status == "ok" for o in outcomes) / len(outcomes)
+    assert (j, rho) == (0.45, 0.9)
     assert reward(j, True, True, rho) == pytest.approx(0.735)
 
 
@@ -123,3 +125,25 @@ def test_the_revise_operator_improves_without_reading_an_eval_split(task, tmp_pa
     assert rec.start_score == 0.0 and rec.end_score == 1.0 and "re.findall" in source
     assert (tmp_path / "phases/phase_01/round_01/decision.json").exists()
     assert not (tmp_path / "eval_read.json").exists()
+
+
+@pytest.mark.parametrize("budget", [10, 25, 40])
+def test_the_revise_operators_rollout_cap_is_hard(task, tmp_path, budget):
+    """A round starts only if its worst case fits: the parent's feedback and scoring not yet
+    paid, and G candidates scored in full. 10 questions, feedback 4, G = 2: the start costs
+    10, round 1 at most 4 + 2·10 more (the parent's scoring is already in the ledger)."""
+    from whale.operators import OperatorBudget
+    from whale.revise.operator import ReviseOperator
+
+    qs = task.questions()[:10]
+    store = OutcomeStore(tmp_path)
+    op = ReviseOperator(tmp_path / "phases", qs, qs, store,
+                        Proposer(ScriptedModel([GOOD_EDIT, BAD_EDIT] * 3)),
+                        LoopSettings(rounds=3, g=2, feedback=4, workers=4))  # fmt: skip
+    try:
+        _, rec = op.improve(task, Runtime(model=prose_solver()), SEED,
+                            OperatorBudget(rollouts=budget, iterations=3))  # fmt: skip
+    finally:
+        store.close()
+    assert rec.rollouts <= budget
+    assert rec.iterations == (0 if budget < 34 else 1)

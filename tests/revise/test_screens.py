@@ -130,7 +130,7 @@ def run_loop(task, tmp_path, proposal, report=None):
 def test_adapt_refuses_an_echo_candidate_before_scoring_it(task, tmp_path):
     r = run_loop(task, tmp_path, TABLE_EDIT)
     (c,) = r.rounds[0].candidates
-    assert not c.valid and c.reason.startswith("answer echo") and c.score is None
+    assert not c.valid and c.reason.startswith("answer echo") and c.accuracy is None
     assert r.rounds[0].decision.chosen is None
     saved = json.loads((tmp_path / "round_01" / "candidates.json").read_text())
     assert saved[0]["reason"] == c.reason
@@ -138,10 +138,10 @@ def test_adapt_refuses_an_echo_candidate_before_scoring_it(task, tmp_path):
 
 def test_a_legitimate_edit_passes_the_screen_in_adapt(task, tmp_path):
     (c,) = run_loop(task, tmp_path, GOOD_EDIT).rounds[0].candidates
-    assert c.valid and c.score == 1.0
+    assert c.valid and c.accuracy == 1.0
 
 
 def test_the_screen_can_be_switched_off(task, tmp_path):
     r = run_loop(task, tmp_path, TABLE_EDIT, ReportConfig(answer_echo_screen=False))
     (c,) = r.rounds[0].candidates
-    assert c.valid and c.score is not None
+    assert c.valid and c.accuracy is not None

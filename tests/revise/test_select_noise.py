@@ -59,7 +59,7 @@ def test_noise_check_needs_k_scores_of_each():
 def test_a_failed_check_keeps_the_parent_and_records_the_numbers():
     d = Decision("c", 0.9, "p", 0.5, 2, "best-of-g", "candidate 2 scores 0.900 (parent 0.500)")
     out = apply_noise_check(d, noise_check([0.5, 0.9], [0.9, 0.5]))
-    assert out.kept_hash == "p" and out.kept_score == 0.5 and out.chosen is None
+    assert out.kept_hash == "p" and out.kept_accuracy == 0.5 and out.chosen is None
     assert out.noise is not None and out.noise["candidate_scores"] == [0.9, 0.5]
     assert "not above the noise" in out.why
     kept = apply_noise_check(d, noise_check([0.5, 0.5], [0.9, 0.9]))
@@ -92,13 +92,13 @@ def _null_trial(rng, k, n=12, p=0.5, g=4, reuse=False):
         return sum(rng.random() < p for _ in range(n)) / n
 
     parent = score()
-    cands = [Candidate(1, i, "p", f"c{i}", True, "", "edit", score=score()) for i in range(g)]
+    cands = [Candidate(1, i, "p", f"c{i}", True, "", "edit", accuracy=score()) for i in range(g)]
     d = select("ratchet", "p", parent, cands)
     if d.chosen is None:
         return False
     if reuse:
         c = noise_check([parent] + [score() for _ in range(k - 1)],
-                        [cands[d.chosen].score] + [score() for _ in range(k - 1)])  # fmt: skip
+                        [cands[d.chosen].accuracy] + [score() for _ in range(k - 1)])  # fmt: skip
         return c.mean_diff > 2 * c.se
     return apply_noise_check(d, rescored_check(k, lambda j: (score(), score()))).chosen is not None
 
@@ -186,7 +186,7 @@ def test_a_lucky_gain_is_not_kept_over_the_noise(task, tmp_path, rule):
     h, rounds, _ = _revise(task, tmp_path / "noisy", lucky_solver(), k=3, rule=rule)
     d = rounds[0].decision
     # the gain was at seed 0 only; the fresh rescorings (seeds 1..3) give d = [0, 0, 0]
-    assert d.chosen is None and h == d.parent_hash and d.kept_score == 0.0
+    assert d.chosen is None and h == d.parent_hash and d.kept_accuracy == 0.0
     assert d.noise["parent_scores"] == [1.0, 1.0, 1.0] == d.noise["candidate_scores"]
     assert d.noise["mean_diff"] == 0.0 and d.noise["noise"] == 0.0 and not d.noise["passed"]
 

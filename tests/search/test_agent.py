@@ -18,7 +18,8 @@ SUBMIT = (
 @pytest.fixture
 def tools(tmp_path):
     a = Archive(tmp_path / "archive", ["q1"])
-    a.add(CandidateMeta("c0000", None, 0, "seed", harness_hash(SEED), True, score=0.0), SEED)
+    a.add(CandidateMeta("c0000", None, 0, "seed", harness_hash(SEED), True, score=0.0,
+                        accuracy=0.0), SEED)
     (tmp_path / "secret.txt").write_text("TOP SECRET")
     return ArchiveTools(a, "Add two numbers.")
 

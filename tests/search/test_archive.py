@@ -9,9 +9,9 @@ SRC = "def run(question, env):\n    return 'x'\n"
 SRC2 = "def run(question, env):\n    return 'y'\n"
 
 
-def meta(cid, source, parent=None, score=0.5, it=0):
+def meta(cid, source, parent=None, score=0.5, it=0, accuracy=0.5, solver=None):
     return CandidateMeta(cid, parent, it, f"hypothesis {cid}", harness_hash(source), True,
-                         score=score, n_scored=2)
+                         score=score, accuracy=accuracy, n_scored=2, solver=solver)
 
 
 def outcome(qid, correct=True):
@@ -43,8 +43,33 @@ def test_outcomes_outside_the_search_split_are_refused(tmp_path):
 def test_best_is_the_archive_best_and_ties_go_to_the_earlier(tmp_path):
     a = Archive(tmp_path / "archive", ["q1"])
     a.add(meta("c0000", SRC, score=0.5), SRC)
-    a.add(meta("c0001", SRC2, "c0000", score=0.5, it=1), SRC2)
+    a.add(meta("c0001", SRC2, "c0000", score=0.9, it=1), SRC2)  # the same accuracy
     assert a.best().id == "c0000"
+
+
+def test_the_ranking_is_by_accuracy_not_the_partial_score(tmp_path):
+    a = Archive(tmp_path / "archive", ["q1"])
+    a.add(meta("c0000", SRC, score=0.9, accuracy=0.4), SRC)
+    a.add(meta("c0100", SRC2, "c0000", score=0.6, accuracy=0.6, it=1), SRC2)
+    assert [m.id for m in a.top(2)] == ["c0100", "c0000"]
+
+
+def test_only_scores_under_the_viewed_solver_rank(tmp_path):
+    a = Archive(tmp_path / "archive", ["q1"])
+    a.add(meta("c0000", SRC, accuracy=0.9, solver="A"), SRC)
+    a.add(meta("c0100", SRC2, "c0000", accuracy=0.2, it=1, solver="B"), SRC2)
+    a.view("B", None)
+    assert [m.id for m in a.top(5)] == ["c0100"] and [m.id for m in a.earlier(5)] == ["c0000"]
+    a.view("B", 0)  # up to iteration 0: c0100 is not reached yet
+    assert a.top(5) == []
+
+
+def test_ids_past_iteration_99_keep_their_order(tmp_path):
+    a = Archive(tmp_path / "archive", ["q1"])
+    a.add(meta("c9900", SRC, it=99), SRC)
+    a.add(meta("c10000", SRC2, it=100), SRC2)
+    again = Archive(tmp_path / "archive", ["q1"])
+    assert [m.id for m in again.candidates()] == ["c9900", "c10000"]
 
 
 def test_invalid_candidate_is_archived_with_its_reason_and_no_score(tmp_path):

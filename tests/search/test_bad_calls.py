@@ -36,7 +36,8 @@ BAD_CALLS = {
 @pytest.fixture
 def tools(tmp_path):
     a = Archive(tmp_path / "archive", ["q1"])
-    a.add(CandidateMeta("c0000", None, 0, "seed", harness_hash(SEED), True, score=0.0), SEED)
+    a.add(CandidateMeta("c0000", None, 0, "seed", harness_hash(SEED), True, score=0.0,
+                        accuracy=0.0), SEED)
     os.mkfifo(tmp_path / "archive/pipe")
     os.mkfifo(tmp_path / "archive/c0000/pipe")
     return ArchiveTools(a, "Add two numbers.")

@@ -110,10 +110,9 @@ def test_the_search_operator_respects_its_rollout_budget(tmp_path):
                                  OperatorBudget(rollouts=7))
     finally:
         store.close()
-    # the budget is checked before each candidate: the seed (6) leaves 1, so one candidate (6)
-    # is scored and the second of iteration 1 is not
-    assert rec.rollouts == 12 and rec.iterations == 1 and "budget" in rec.stopped
-    # the one candidate ties the seed at 0.0: the earlier harness, the seed, stays accepted
+    # the cap is hard: the seed (6) leaves 1, less than one candidate's scoring (6), so no
+    # candidate is started (before issue 21 one was, and the phase spent 12 of 7)
+    assert rec.rollouts == 6 and rec.iterations == 0 and "not started" in rec.stopped
     assert source == SEED and rec.end_hash == rec.start_hash and rec.operator == "search"
 
 

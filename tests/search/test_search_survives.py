@@ -135,8 +135,8 @@ class SmallContext:
 
 def test_an_overflowing_session_trims_its_oldest_results_and_goes_on(tmp_path):
     archive = Archive(tmp_path / "archive", ["s0"])
-    archive.add(CandidateMeta("c0000", None, 0, "seed", harness_hash(SEED), True, score=0.0),
-                SEED)
+    archive.add(CandidateMeta("c0000", None, 0, "seed", harness_hash(SEED), True, score=0.0,
+                              accuracy=0.0), SEED)
     tools = ArchiveTools(archive, "Add two integers. " * 160, char_budget=3000)  # 2,880 chars
     probe = SmallContext([GOOD], limit=10**9)
     ProposerAgent(probe, tools).run(1, 0, seed=0, brief="brief")

@@ -12,9 +12,11 @@ SRC2 = "def run(question, env):\n    return question.strip()\n"
 @pytest.fixture
 def tools(tmp_path):
     a = Archive(tmp_path / "archive", ["q1", "q2"])
-    a.add(CandidateMeta("c0000", None, 0, "seed", harness_hash(SRC), True, score=0.0), SRC,
+    a.add(CandidateMeta("c0000", None, 0, "seed", harness_hash(SRC), True, score=0.0,
+                        accuracy=0.0), SRC,
           [{"question_id": "q1", "answer": "x", "score": 0.0, "correct": False, "status": "ok"}])
-    a.add(CandidateMeta("c0001", "c0000", 1, "strip", harness_hash(SRC2), True, score=0.5), SRC2)
+    a.add(CandidateMeta("c0001", "c0000", 1, "strip", harness_hash(SRC2), True, score=0.5,
+                        accuracy=0.5), SRC2)
     (tmp_path / "secret.txt").write_text("TOP SECRET")
     return ArchiveTools(a, "Add two numbers.", char_budget=2000)
 

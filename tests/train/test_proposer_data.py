@@ -57,7 +57,7 @@ def setup(tmp_path):
 def test_a_family_in_two_lists_is_refused():
     with pytest.raises(FamilyOverlap, match="rg:lcm"):
         FamilySplits(sft=["rg:gcd", "rg:lcm"], rl=[], eval=["rg:lcm"]).validate()
-    FamilySplits(sft=["rg:gcd"], rl=["rg:lcm"], eval=["rg:maze"]).validate()
+    FamilySplits(sft=["rg:gcd"], rl=["rg:count_bits"], eval=["rg:maze"]).validate()
 
 
 def test_contexts_score_on_questions_disjoint_from_their_feedback(setup):
@@ -98,7 +98,7 @@ def test_an_edit_that_does_not_apply_earns_validity_credit_only(setup):
     cfg, fam, rt = setup
     (ctx, _) = build_contexts(fam, rt, cfg, workers=2)
     res = score_edit(ctx, "no edit here", fam, rt, 2, None)
-    assert not res.valid and res.stage == "apply" and res.score is None
+    assert not res.valid and res.stage == "apply" and res.accuracy is None
     assert res.reward == validity(False, False, 0.0) == 0.0
     broken = "x\n<<<<<<< SEARCH\n    return reply.text.strip()\n=======\n    return (\n>>>>>>> REPLACE\n"
     assert score_edit(ctx, broken, fam, rt, 2, None).reward == 0.0  # does not parse: 0
@@ -129,10 +129,10 @@ def test_a_valid_edit_earns_its_score_plus_the_validity_bonus(setup):
     cfg, fam, rt = setup
     (ctx, _) = build_contexts(fam, rt, cfg, workers=2)
     good = score_edit(ctx, GOOD_EDIT, fam, rt, 2, None)
-    assert good.valid and good.score == 1.0 and good.rho_run == 1.0
+    assert good.valid and good.accuracy == 1.0 and good.rho_run == 1.0
     assert good.reward == pytest.approx(reward(1.0, True, True, 1.0)) == pytest.approx(1.3)
     bad = score_edit(ctx, BAD_EDIT, fam, rt, 2, None)
-    assert bad.valid and bad.score == 0.0 and bad.reward == pytest.approx(0.3)
+    assert bad.valid and bad.accuracy == 0.0 and bad.reward == pytest.approx(0.3)
 
 
 def test_grpo_reward_scores_identical_candidates_once_and_keeps_the_best(setup, tmp_path):

@@ -13,12 +13,14 @@ from whale.train.proposer.run import ProposerTrainConfig, check_stage_changes
 
 
 def reading(proposer, family, scores, ratchet=0.0):
-    return FamilyReading(proposer, family, 0.1, scores, sum(s > 0 for s in scores), ratchet, 0)
+    """One context whose proposals scored `scores` (all applied and made a harness)."""
+    return FamilyReading(proposer, family, 0.1, [list(scores)], len(scores), [0.1, ratchet], 0)
 
 
 def test_readings_mean_oracle_and_ratchet():
     r = reading("p", "f", [0.0, 0.5, 0.25, 0.25], ratchet=0.75)
     assert (r.mean, r.oracle, r.reading("ratchet")) == (0.25, 0.5, 0.75)
+    assert r.reading("applicable") == 1.0
 
 
 def test_paired_difference_and_standard_error_on_a_worked_example():
@@ -40,7 +42,8 @@ def test_one_family_has_no_standard_error_and_unmatched_families_are_left_out():
 def test_the_table_names_every_reading():
     rs = [reading("trained", "a", [0.5, 0.0]), reading("base", "a", [0.0, 0.0])]
     text = markdown(rs, {"base": [paired(rs[:1], rs[1:], "mean")]}, ["trained", "base"])
-    assert "| trained | a | 0.100 | 0.250 | 0.500 | 1/2 |" in text and "+0.250" in text
+    assert "| trained | a | 1×2 | 100% (2/2) | 0.100 | 0.250 | 0.250 | 0.500 | 0.500 |" in text
+    assert "+0.250" in text
 
 
 def test_the_subject_cannot_be_its_own_baseline():

@@ -4,8 +4,17 @@
 into one folder OUT, each in OUT/<schedule>/ with
 - `outcomes.jsonl` (the ledger): one row per rollout ever paid for, tagged with schedule,
   cycle, phase and kind ("weight_sample" | "harness_score" | "eval");
-- `reads.jsonl`: one row per read of the eval split at a phase boundary ("start", or the
-  phase that just ended), with the cumulative training rollouts spent before it.
+- `reads.jsonl`: one row per read at a phase boundary ("start", or the phase that just
+  ended): the eval split's accuracy and, where the run has a validation split, the validation
+  accuracy, with the cumulative training rollouts spent before the read;
+- `phases.jsonl`: one row per phase, with its length (weight: epochs; harness: iterations) and
+  why it stopped.
+
+The per-schedule summary (`schedule_summary`, `markdown_table`) reads these three: the final
+eval read; the reported best point, chosen by validation accuracy (eval accuracy there is what
+is reported; the eval split never chooses anything); the paper's cost figure, the training
+rollouts at which a schedule's eval accuracy first reaches stagewise's final eval accuracy, as
+a fraction of stagewise's training rollouts; and the phase lengths, median and maximum.
 
 The counting rule is the point of this module: the x axis is the same for every schedule,
 *training rollouts* = ledger rows of kind weight_sample or harness_score. Eval rows never count,
@@ -24,7 +33,8 @@ from __future__ import annotations
 import csv
 import io
 import os
-from collections.abc import Callable, Iterable, Mapping
+import statistics
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,8 +43,9 @@ from whale.records import RecordError, iter_jsonl, write_atomic
 
 LEDGER = "outcomes.jsonl"  # the schedule's OutcomeStore ledger
 READS = "reads.jsonl"
+PHASES_FILE = "phases.jsonl"
 TRAINING_KINDS = ("weight_sample", "harness_score")
-KINDS = (*TRAINING_KINDS, "eval")
+KINDS = (*TRAINING_KINDS, "eval", "validation")
 PHASES = ("weight", "harness", "eval")
 BOUNDARIES = ("start", "weight", "harness")
 
@@ -42,10 +53,19 @@ METRICS = ("format_compliance", "truncation_rate", "retrieval_accuracy", "answer
            "accuracy", "n")  # fmt: skip
 CURVE_COLUMNS = ("schedule", "cycle", "boundary", "training_rollouts", "ledger_rollouts",
                  "accuracy", "score", "n", "format_compliance", "truncation_rate",
-                 "retrieval_accuracy", "answer_extraction", "harness", "adapter")  # fmt: skip
+                 "retrieval_accuracy", "answer_extraction", "validation_accuracy",
+                 "validation_n", "harness", "adapter")  # fmt: skip
 # Training-row metrics under their own names; the eval read that ended the phase as eval_*.
-PHASE_COLUMNS = ("schedule", "cycle", "phase", "rollouts", "eval_rollouts", "cum_rollouts",
-                 *METRICS[:-1], "eval_accuracy", "eval_score", "eval_n")  # fmt: skip
+PHASE_COLUMNS = ("schedule", "cycle", "phase", "rollouts", "eval_rollouts",
+                 "validation_rollouts", "cum_rollouts", *METRICS[:-1], "eval_accuracy",
+                 "eval_score", "eval_n")  # fmt: skip
+SUMMARY_COLUMNS = ("schedule", "base", "final", "best", "best_validation", "rollouts_at_best",
+                   "training_rollouts", "stagewise_final", "crossing_rollouts",
+                   "crossing_fraction", "weight_phases", "weight_epochs_median",
+                   "weight_epochs_max", "harness_phases", "harness_iters_median",
+                   "harness_iters_max")  # fmt: skip
+STAGEWISE = "stagewise"  # the schedule whose final eval accuracy the cost figure is against
+BUDGET_STOP = "rollout budget"  # in `stopped` of a phase the budget cut short
 
 
 # --- field checks: each returns a problem (str) or None -------------------------------------
@@ -99,6 +119,28 @@ def _read_problem(row: Mapping[str, Any]) -> str | None:
         return f"'harness' must be a string, got {row.get('harness')!r}"
     if row.get("adapter") is not None and not isinstance(row.get("adapter"), str):
         return f"'adapter' must be a string or null, got {row.get('adapter')!r}"
+    val: Any = row.get("validation_accuracy")  # absent or null: no validation split
+    if val is not None and (not _is_num(val) or not 0.0 <= val <= 1.0):
+        return f"'validation_accuracy' must be a number in [0, 1] or null, got {val!r}"
+    vn: Any = row.get("validation_n", 0)
+    if not _is_int(vn) or vn < 0:
+        return f"'validation_n' must be an integer >= 0, got {vn!r}"
+    return None
+
+
+def _phase_problem(row: Mapping[str, Any]) -> str | None:
+    if not _is_int(row.get("cycle")):
+        return f"'cycle' must be an integer, got {row.get('cycle')!r}"
+    if row.get("phase") not in ("weight", "harness"):
+        return f"'phase' must be 'weight' or 'harness', got {row.get('phase')!r}"
+    ep: Any = row.get("epochs")
+    if not _is_num(ep) or ep < 0:
+        return f"'epochs' must be a number >= 0, got {ep!r}"
+    st: Any = row.get("steps")
+    if not _is_int(st) or st < 0:
+        return f"'steps' must be an integer >= 0, got {st!r}"
+    if not isinstance(row.get("stopped"), str):
+        return f"'stopped' must be a string, got {row.get('stopped')!r}"
     return None
 
 
@@ -145,15 +187,17 @@ class _Schedule:
     dir: Path
     ledger: list[tuple[int, dict[str, Any]]]
     reads: list[tuple[int, dict[str, Any]]]
+    phases: list[tuple[int, dict[str, Any]]]
 
 
 def _load_rows(
-    path: Path, name: str, problem_of: Callable[[Mapping[str, Any]], str | None]
+    path: Path, name: str | None, problem_of: Callable[[Mapping[str, Any]], str | None]
 ) -> list[tuple[int, dict[str, Any]]]:
+    """Rows of `path`, checked; `name`: the schedule every row must name (None: not checked)."""
     rows = iter_jsonl(path)
     for n, row in rows:
         problem = problem_of(row)
-        if problem is None and row["schedule"] != name:
+        if problem is None and name is not None and row["schedule"] != name:
             problem = f"row of schedule {row['schedule']!r} in the folder of {name!r}"
         if problem:
             raise RecordError(f"{path}:{n}: {problem}")
@@ -165,6 +209,7 @@ def _load_schedule(d: Path) -> _Schedule:
         name=d.name, dir=d,
         ledger=_load_rows(d / LEDGER, d.name, _ledger_problem),
         reads=_load_rows(d / READS, d.name, _read_problem),
+        phases=_load_rows(d / PHASES_FILE, None, _phase_problem),
     )  # fmt: skip
 
 
@@ -253,7 +298,9 @@ def _phase_rows(schedules: list[_Schedule]) -> list[dict[str, Any]]:
             read = last_read.get((cycle, phase))
             table.append({
                 "schedule": s.name, "cycle": cycle, "phase": phase,
-                "rollouts": len(training), "eval_rollouts": len(rows) - len(training),
+                "rollouts": len(training),
+                "eval_rollouts": sum(r["kind"] == "eval" for r in rows),
+                "validation_rollouts": sum(r["kind"] == "validation" for r in rows),
                 "cum_rollouts": cum, **metrics,
                 "eval_accuracy": read["accuracy"] if read else None,
                 "eval_score": read["score"] if read else None,
@@ -270,41 +317,110 @@ def phase_table(out: Path) -> list[dict[str, Any]]:
     return _phase_rows(_load(out))
 
 
+def _median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def phase_lengths(phases: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Median and maximum length of the weight phases (epochs) and harness phases
+    (iterations) among `phases` (rows of phases.jsonl), with how many of each were counted. A
+    phase the rollout budget cut short is left out: its length was not chosen (by a patience
+    rule, or as E / I). None where no phase of the kind is counted."""
+    rows = [p for p in phases if BUDGET_STOP not in p["stopped"]]
+    w = [float(p["epochs"]) for p in rows if p["phase"] == "weight"]
+    h = [float(p["steps"]) for p in rows if p["phase"] == "harness"]
+    return {"weight_phases": len(w), "weight_epochs_median": _median(w),
+            "weight_epochs_max": max(w, default=None), "harness_phases": len(h),
+            "harness_iters_median": _median(h),
+            "harness_iters_max": max(h, default=None)}  # fmt: skip
+
+
+def crossing(reads: Sequence[Mapping[str, Any]], target: float) -> int | None:
+    """Training rollouts of the first read (in curve order) whose eval accuracy reaches or
+    passes `target`; None when none does."""
+    for r in reads:
+        if r["accuracy"] >= target - 1e-12:  # accuracies are k/n: equal means equal
+            return int(r["training_rollouts"])
+    return None
+
+
 def _summary(schedules: list[_Schedule]) -> list[dict[str, Any]]:
     curves = _curve_rows(schedules)
+    by_name = {s.name: [r for r in curves if r["schedule"] == s.name] for s in schedules}
+    trained = {s.name: sum(1 for _, r in s.ledger if r["kind"] in TRAINING_KINDS)
+               for s in schedules}  # fmt: skip
+    sw = by_name.get(STAGEWISE) or []
+    sw_final = sw[-1]["accuracy"] if sw else None
     out = []
     for s in schedules:
-        reads = [r for r in curves if r["schedule"] == s.name]
+        reads = by_name[s.name]
         start = [r for r in reads if r["boundary"] == "start"]
-        best = max(reads, key=lambda r: r["accuracy"], default=None)  # first of equal bests
+        judged = [r for r in reads if r.get("validation_accuracy") is not None]
+        # The reported best point: by validation accuracy (first of equal bests: the cheaper).
+        best = max(judged, key=lambda r: r["validation_accuracy"], default=None)
+        at = crossing(reads, sw_final) if sw_final is not None else None
+        total = trained.get(STAGEWISE, 0)
         out.append({
             "schedule": s.name,
             "base": start[0]["accuracy"] if start else None,
             "final": reads[-1]["accuracy"] if reads else None,
             "best": best["accuracy"] if best else None,
+            "best_validation": best["validation_accuracy"] if best else None,
             "rollouts_at_best": best["training_rollouts"] if best else None,
-            "training_rollouts": sum(1 for _, r in s.ledger if r["kind"] in TRAINING_KINDS),
+            "training_rollouts": trained[s.name],
+            "stagewise_final": sw_final,
+            "crossing_rollouts": at,
+            "crossing_fraction": at / total if at is not None and total else None,
+            **phase_lengths(r for _, r in s.phases),
         })  # fmt: skip
     return out
 
 
+def schedule_summary(out: Path) -> list[dict[str, Any]]:
+    """One row per schedule (SUMMARY_COLUMNS): base, final and best eval accuracy (best: the
+    read of highest validation accuracy, and that accuracy; None without a validation split),
+    training rollouts, the stagewise crossing (`crossing_rollouts`: training rollouts at the
+    first read whose eval accuracy reaches stagewise's final one; `crossing_fraction`: that over
+    stagewise's training rollouts; None without a stagewise schedule, or when never reached)
+    and the phase lengths (`phase_lengths`)."""
+    return _summary(_load(out))
+
+
 def markdown_table(out: Path) -> str:
     """A Markdown table for the README, one row per schedule: base eval accuracy (the "start"
-    read), final (the read after the most training rollouts), best and the training rollouts
-    spent when it was first reached, and training rollouts used (ledger weight_sample +
-    harness_score rows, including any spent after the last read). "-" where there is no read."""
+    read), final (the read after the most training rollouts), the reported best point (the
+    eval accuracy of the read of highest validation accuracy, that validation accuracy and the
+    training rollouts spent before it), training rollouts used (ledger weight_sample +
+    harness_score rows, including any spent after the last read), where the schedule first
+    reaches stagewise's final eval accuracy (fraction of stagewise's training rollouts, and the
+    rollouts; "never"), and the phase lengths: median / max (phases counted). "-" where there
+    is nothing to show."""
 
     def fmt(v: Any) -> str:
         return "-" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)
 
+    def span(med: Any, top: Any, n: int) -> str:
+        return "-" if not n else f"{med:g} / {top:g} ({n})"
+
     lines = [
-        "| schedule | base eval acc | final eval acc | best eval acc | rollouts at best "
-        "| training rollouts |",
-        "|---|---|---|---|---|---|",
+        "| schedule | base eval acc | final eval acc | eval acc at best val | best val acc "
+        "| rollouts at best | training rollouts | reaches stagewise final at "
+        "| weight phase epochs med / max (n) | harness phase iters med / max (n) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in _summary(_load(out)):
-        cells = [r["schedule"], *(fmt(r[k]) for k in ("base", "final", "best")),
-                 fmt(r["rollouts_at_best"]), fmt(r["training_rollouts"])]  # fmt: skip
+        if r["stagewise_final"] is None:
+            cross = "-"
+        elif r["crossing_rollouts"] is None:
+            cross = "never"
+        else:
+            cross = f"{fmt(r['crossing_fraction'])} ({r['crossing_rollouts']})"
+        cells = [r["schedule"], *(fmt(r[k]) for k in ("base", "final", "best",
+                 "best_validation")), fmt(r["rollouts_at_best"]), fmt(r["training_rollouts"]),
+                 cross, span(r["weight_epochs_median"], r["weight_epochs_max"],
+                             r["weight_phases"]),
+                 span(r["harness_iters_median"], r["harness_iters_max"],
+                      r["harness_phases"])]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -139,6 +139,7 @@ class DiagnoseConfig:
             operator=self.operator, schedules=list(PROBES.values()), rollouts=self.rollouts,
             weight_epochs=self.weight_epochs, harness_iters=self.harness_iters, cycles=1,
             m=self.m, train=self.train, search=self.search, eval=self.eval,
+            validation=0,  # the probes report no best point and sweep nothing
             workers=self.workers, seed=self.seed, out=self.out,
         )  # fmt: skip
 

@@ -316,11 +316,15 @@ def _unique(nid: str, used: set[str], pos: int) -> str:
 
 
 def archive_lineage(root: Path, title: str, data: RunData) -> Lineage:
-    """A Meta-Harness archive (search, or a cotrain harness phase with the search operator).
+    """A Meta-Harness archive (search, or the one archive of a cotrain's harness phases). A
+    node's score is the candidate's accuracy (what the archive ranks on; `score` in records of
+    older whales). The node marked best is the archive's best under the solver that scored its
+    latest candidate (scores under other weights do not compare), ties to the earlier one.
     A parent_id naming no candidate stays as recorded (the tree shows the node as unreachable);
     a repeated id gets a `#pos` suffix and parent links go to its first holder."""
     metas: list[dict[str, Any]] = []
-    for folder in sorted(p for p in root.glob("c[0-9]*") if p.is_dir()):
+    folders = [p for p in root.glob("c[0-9]*") if p.is_dir()]
+    for folder in sorted(folders, key=lambda p: (len(p.name), p.name)):  # c10000 after c9900
         m = json_file(folder / "meta.json", data, "lineage")
         if isinstance(m, dict) and isinstance(m.get("id"), str):
             metas.append(m)
@@ -330,25 +334,48 @@ def archive_lineage(root: Path, title: str, data: RunData) -> Lineage:
     if not metas:
         data.note("lineage", f"{_rel(root, data)}: no candidate")
     ids = {m["id"] for m in metas}
-    best = max((m for m in metas if num(m.get("score")) is not None),
-               key=lambda m: num(m.get("score")) or 0.0, default=None)  # fmt: skip
+    best = _archive_best(metas)
     nodes: list[Node] = []
     used: set[str] = set()
     for pos, m in enumerate(metas):
         parent = _str(m.get("parent_id"))
-        it = m.get("iteration")
         diff = None
         if parent is not None and parent in ids:
             diff = diff_text(text_file(root / parent / "harness.py", data),
                              text_file(root / m["id"] / "harness.py", data))  # fmt: skip
         nodes.append(Node(
             id=_unique(m["id"], used, pos), parent=parent, hash=_str(m.get("hash")),
-            score=num(m.get("score")), valid=m.get("valid") is True,
+            score=_j(m), valid=m.get("valid") is True,
             reason=str(m.get("reason") or ""),
-            label="seed" if parent is None else f"iteration {it}",
+            label=_archive_label(m),
             kept=best is m, diff=_cap(diff),
         ))  # fmt: skip
     return Lineage(title, nodes, mark="best")
+
+
+def _archive_label(m: dict[str, Any]) -> str:
+    """"seed"; "start, iteration J" (a later harness phase's start harness) and "rescore,
+    iteration J" (an earlier candidate scored again under new weights), which are no proposals;
+    "iteration J" for the agent's candidates."""
+    it, origin = m.get("iteration"), m.get("origin")
+    if it == 0 and (origin == "start" or m.get("parent_id") is None):
+        return "seed"
+    return f"{origin}, iteration {it}" if origin in ("start", "rescore") else f"iteration {it}"
+
+
+def _j(m: dict[str, Any]) -> float | None:
+    """A candidate's accuracy (the verifier's; older records: `score`), when it was ranked."""
+    return num(_first(m, "accuracy", "score")) if m.get("valid") is True else None
+
+
+def _archive_best(metas: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The best of `metas` (in the order made) under the solver of the latest scored one."""
+    scored = [m for m in metas if _j(m) is not None]
+    if not scored:
+        return None
+    solver = scored[-1].get("solver")
+    same = [m for m in scored if m.get("solver") is None or m.get("solver") == solver]
+    return max(same, key=lambda m: _j(m) or 0.0)  # max keeps the first of equals
 
 
 def rounds_lineage(root: Path, title: str, harness_dirs: list[Path], data: RunData,
@@ -383,9 +410,9 @@ def rounds_lineage(root: Path, title: str, harness_dirs: list[Path], data: RunDa
             if ph and ph not in by_hash:  # the seed (or a parent made outside these rounds)
                 root_id = "seed" if ph == seed_hash or not by_hash else f"h:{ph}"
                 root_id = _unique(root_id, used, pos)
-                nodes.append(Node(root_id, None, ph, num(decision.get("parent_score"))
-                                  if isinstance(decision, dict) and decision.get("parent_hash")
-                                  == ph else None, True, "", "seed"))  # fmt: skip
+                j = _first(decision, "parent_accuracy", "parent_score") if isinstance(
+                    decision, dict) and decision.get("parent_hash") == ph else None  # fmt: skip
+                nodes.append(Node(root_id, None, ph, num(j), True, "", "seed"))
                 by_hash[ph] = root_id
             idx = c.get("index", pos)
             nid = _unique(f"r{rd.name.removeprefix('round_') if t is None else t}.{idx}", used,
@@ -395,7 +422,8 @@ def rounds_lineage(root: Path, title: str, harness_dirs: list[Path], data: RunDa
             if diff is None:
                 diff = diff_text(source(ph), source(h))
             nodes.append(Node(
-                id=nid, parent=by_hash.get(ph or ""), hash=h, score=num(c.get("score")),
+                id=nid, parent=by_hash.get(ph or ""), hash=h,
+                score=num(_first(c, "accuracy", "score")),
                 valid=c.get("valid") is True, reason=str(c.get("reason") or ""),
                 label=rd.name if t is None else f"round {t}",
                 kept=chosen == idx and chosen is not None, diff=_cap(diff),
@@ -405,6 +433,12 @@ def rounds_lineage(root: Path, title: str, harness_dirs: list[Path], data: RunDa
     if not rounds:
         data.note("lineage", f"{_rel(root, data)}: no round_NN folder")
     return Lineage(title, nodes)
+
+
+def _first(row: dict[str, Any], *keys: str) -> Any:
+    """The first of `keys` that `row` holds: adapt's rounds record J as `accuracy` (the
+    binary verifier, issue 21); runs of older whales as `score`."""
+    return next((row[k] for k in keys if k in row), None)
 
 
 def lineage_curve(lin: Lineage, title: str) -> Curve | None:
@@ -427,7 +461,8 @@ def lineage_curve(lin: Lineage, title: str) -> Curve | None:
 
 def proposer_compliance(lin: Lineage) -> list[Any]:
     """[lineage, proposals, applied (a harness came out), valid, share applied]."""
-    props = [n for n in lin.nodes if n.label != "seed"]
+    props = [n for n in lin.nodes if n.label != "seed"
+             and not n.label.startswith(("start,", "rescore,"))]  # not the proposer's
     applied = sum(n.hash is not None for n in props)
     valid = sum(n.valid for n in props)
     share = f"{applied / len(props):.0%}" if props else "-"

@@ -2,7 +2,9 @@
 
 - adapt: round_NN/ lineage, ledger capability metrics per split and harness, eval_read.json;
 - search: archive/ lineage, the same ledger metrics;
-- cotrain: per schedule, the harness phases' lineages (archives or round folders), eval
+- cotrain: per schedule, the harness phases' lineage (the search's one archive,
+  `harness/archive` with `harness/sessions`, or the revision loop's `harness/phase_NN/` round
+  folders; older runs' `harness/phase_NN` archives too), eval
   accuracy against cumulative training rollouts (`whale.analysis.curves`, which checks each
   read against the ledger; on a RecordError the reads are drawn unchecked, with a note), weight
   step rewards, capability metrics per phase;
@@ -172,8 +174,12 @@ def _schedule(data: RunData, s: Path) -> None:
                                  "mean reward of the step's samples", {s.name: pts}))  # fmt: skip
     harness = s / "harness"
     per_phase: dict[str, list[tuple[float, float]]] = {}  # one figure per schedule
-    for phase in sorted(p for p in harness.glob("phase_[0-9]*") if p.is_dir()) if harness.is_dir() \
-            else []:  # fmt: skip
+    # The search operator's one archive for all harness phases (harness/archive + sessions);
+    # the revision loop's phase_NN/ round folders (and archives of runs before one archive).
+    folders = [harness / "archive"] if (harness / "archive").is_dir() else []
+    folders += sorted(p for p in harness.glob("phase_[0-9]*") if p.is_dir()) \
+        if harness.is_dir() else []  # fmt: skip
+    for phase in folders:
         if phase.name.endswith("-sessions"):
             continue
         title = f"{s.name} / {phase.name}"
@@ -187,13 +193,14 @@ def _schedule(data: RunData, s: Path) -> None:
         data.lineages.append(lin)
         if c := lineage_curve(lin, title):
             per_phase[phase.name] = c.series["candidates"]
-        sessions = phase.with_name(f"{phase.name}-sessions")
+        sessions = harness / "sessions" if phase.name == "archive" else \
+            phase.with_name(f"{phase.name}-sessions")  # fmt: skip
         if sessions.is_dir():
             data.compliance.append(_sessions_table(sorted(sessions.glob("c*.json")), data, title))
     if per_phase:
-        data.curves.append(Curve(f"{s.name}: harness candidates' search scores per iteration",
-                                 "iteration within the phase", "score on the search split",
-                                 per_phase))  # fmt: skip
+        data.curves.append(Curve(f"{s.name}: harness candidates' search accuracy per iteration",
+                                 "iteration (of the archive; of the phase for round folders)",
+                                 "accuracy on the search split", per_phase))  # fmt: skip
 
 
 def _proposer(data: RunData) -> None:

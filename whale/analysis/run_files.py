@@ -16,16 +16,18 @@ as a position (phase, generation, sequence) and parent -> child edges:
 - `seed.json` (adapt, cotrain): the seed, position (0, 0, 0);
 - `round_NN/candidates.json` (adapt, a cotrain revise phase): (phase, round, index + 1), and
   the edge parent_hash -> hash;
-- archive `cNNNN/meta.json` (search, a cotrain search phase): (phase, iteration, NNNN), and
-  the edge from the candidate its `parent_id` names in the same archive (ids are `cJJMM`,
-  iteration JJ's M-th candidate; `c0000` is the seed);
+- archive `cNNNN/meta.json` (search, the one archive of a cotrain's search phases):
+  (phase, iteration, NNNN), the phase as meta.json names it, and the edge from the candidate
+  its `parent_id` names in the same archive (ids are `cJJMM`, iteration JJ's M-th candidate;
+  `c0000` is the seed; a rescore has the source of its parent: no edge);
 - `contexts/sft.json`, `contexts/rl_K.json` (train-proposer): each context's parent at
   (0 or K, 0, row); `teacher/candidates.jsonl`: each row's candidate at (0, 1, row) and
   `grpo/phase_K/rewards.jsonl` at (K, 1, row), both with the edge from the parent their
   context id "<family>/<parent hash>/<draw>" names;
 - `phases.jsonl` (cotrain): the edge start_harness -> end_harness of each phase.
 
-The phase is the number of the nearest enclosing `phase_K` folder (0 when none). A harness
+The phase is the one an archive candidate's meta.json records, else the number of the nearest
+enclosing `phase_K` folder (0 when none). A harness
 recorded several times takes its earliest position. `Lineage.order` sorts topologically
 (parents first), ties and the rest by position, then by file name; harnesses no record names
 come after the recorded ones, in file name order. A cycle (a hostile record) is cut at its
@@ -242,7 +244,9 @@ def _archive_site(here: Path, phase: int, archives: dict[Path, dict[str, str]],
     position = None
     if m:
         seq = int(m.group(1))
-        position = (phase, _int(meta.get("iteration"), seq // 100), seq)  # cJJMM: iteration JJ
+        # cJJMM: iteration JJ. One archive holds all of a cotrain's harness phases: its
+        # meta.json names the phase (iterations continue across phases, so either orders).
+        position = (_int(meta.get("phase"), phase), _int(meta.get("iteration"), seq // 100), seq)
     if h is not None:
         archives.setdefault(here.parent, {})[cid] = h
         if pid is not None:

@@ -427,7 +427,8 @@ def dev_echo_screen(
         if why:
             return None, why
     try:
-        task = load_task(family, size=top + 1, seed=seeds.pop(), config=extra)
+        variant = str(config.get("variant", "canonical"))  # the words the run's harness saw
+        task = load_task(family, size=top + 1, seed=seeds.pop(), config=extra, variant=variant)
         dev = [q for q in task.questions() if q.id in ids]
     except Exception as e:  # noqa: BLE001 - any task that fails to load is a note, not a crash
         return None, f"task {family} did not load: {type(e).__name__}: {e}"[:300]

@@ -9,6 +9,10 @@
         h = Select(h, scored)                        # ratchet or best-of-g
     final = score(seed and h, Q_eval)                # the eval split, read once
 
+J is the accuracy on Q_score, the task's binary verifier (`whale.revise.select`); the mean
+partial score is recorded beside it (candidates.json, decision.json, the summary) and decides
+nothing.
+
 Every rollout goes through the OutcomeStore, so nothing is paid for twice (resume, identical
 candidates, the parent's own score). The proposer's weights never change in here.
 """
@@ -62,10 +66,11 @@ class LoopSettings:
 @dataclass
 class RoundRecord:
     round: int
-    parent_score: float
+    parent_accuracy: float  # J of the round's parent on Q_score
     candidates: list[Candidate]
     decision: Decision
     rollouts: int
+    parent_mean_score: float | None = None  # its mean partial score: shown, never decides
 
 
 @dataclass
@@ -120,9 +125,9 @@ def revise(
     max_rollouts: int | None = None,
     rounds_dir: Path | None = None,
 ) -> tuple[str, list[RoundRecord]]:
-    """The rounds alone (no eval split): the kept harness's hash and the round records. Stops
-    early once the store holds `max_rollouts` rollouts. Round folders go under `rounds_dir`
-    (default: the store's run directory)."""
+    """The rounds alone (no eval split): the kept harness's hash and the round records. With
+    `max_rollouts`, a hard cap on the store's rollouts: a round starts only when its worst
+    case fits. Round folders go under `rounds_dir` (default: the store's run directory)."""
     h = store.save_harness(seed_source)
     rounds: list[RoundRecord] = []
     # Select's answer-echo screen guards every dev question the proposer or Select sees. It
@@ -138,6 +143,15 @@ def revise(
         before = store.used
         rng = random.Random(cfg.seed * 100_003 + t)
         q_fb = rng.sample(list(feedback_pool), min(cfg.feedback, len(feedback_pool)))
+        if max_rollouts is not None:
+            # A hard cap: a round starts only if its most expensive outcome fits (the parent's
+            # feedback and scoring not yet in the ledger, and G candidates scored in full).
+            worst = (store.unused(h, [q.id for q in q_fb])
+                     + store.unused(h, [q.id for q in score_set]) + cfg.g * len(score_set))
+            if store.used + worst > max_rollouts:
+                say(f"round {t}: not started: it may cost {worst} rollouts, "
+                    f"{max(0, max_rollouts - store.used)} of the budget left")
+                break
         fb = store.evaluate(runtime, store.harness(h), task, q_fb, "feedback", cfg.workers)
         report = build_report(task, q_fb, fb.outcomes, fb.trajectories, cfg.report)
         prompt = proposer.prompt(
@@ -156,7 +170,7 @@ def revise(
             _candidate(t, i, h, p, task, score_set, runtime, store, rd, cfg, screen)
             for i, p in enumerate(proposals)
         ]
-        decision = select(cfg.select, h, parent.score, candidates)
+        decision = select(cfg.select, h, parent.accuracy, candidates, parent.score)
         if cfg.noise_k >= 2 and decision.chosen is not None:
             decision = _noise_select(decision, task, score_set, runtime, store, cfg)
         rd.write_json("candidates.json", [asdict(c) for c in candidates])
@@ -165,7 +179,8 @@ def revise(
             f"round {t}: {sum(c.valid for c in candidates)}/{len(candidates)} applicable; "
             f"{decision.why}"
         )
-        rounds.append(RoundRecord(t, parent.score, candidates, decision, store.used - before))
+        rounds.append(RoundRecord(t, parent.accuracy, candidates, decision, store.used - before,
+                                  parent.score))  # fmt: skip
         h = decision.kept_hash
         if max_rollouts is not None and store.used >= max_rollouts:
             say(f"round {t}: rollout budget {max_rollouts} spent")
@@ -198,7 +213,7 @@ def _noise_select(
         try:
             p, c = [store.evaluate(rt, store.harness(h), task, score_set, "rescore", cfg.workers)
                     for h in (d.parent_hash, d.kept_hash)]  # fmt: skip
-            return p.score, c.score
+            return p.accuracy, c.accuracy  # J: the verifier's, as Select's
         finally:
             rt.close()
 
@@ -281,22 +296,13 @@ def _candidate(
     rd.write_text(f"candidate_{i}.diff", diff(parent_source, res.source))
     ev = store.evaluate(runtime, res.source, task, score_set, "score", cfg.workers)
     runnable = not all((o.error or "").startswith("load:") for o in ev.outcomes)
-    r = reward(ev.score, True, runnable, ev.rho_run, cfg.weights)
-    return Candidate(
-        t,
-        i,
-        parent_hash,
-        h,
-        True,
-        "",
-        res.mode,
-        True,
-        runnable,
-        ev.rho_run,
-        ev.score,
-        r,
-        len(ev.outcomes),
-    )
+    r = reward(ev.accuracy, True, runnable, ev.rho_run, cfg.weights)
+    return Candidate(t, i, parent_hash, h, True, "", res.mode, True, runnable, ev.rho_run,
+                     ev.accuracy, r, len(ev.outcomes), ev.score)  # fmt: skip
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
 
 
 def summary_markdown(result: AdaptResult, meta: dict[str, Any]) -> str:
@@ -304,16 +310,23 @@ def summary_markdown(result: AdaptResult, meta: dict[str, Any]) -> str:
     lines += [f"- {k}: {v}" for k, v in meta.items()]
     lines += [
         "",
-        "| round | parent J | applicable | best candidate J | best reward | decision |",
-        "|---|---|---|---|---|---|",
+        "J is the accuracy on the scoring questions (the task's binary verifier): Select and the "
+        "reward use it. The mean (partial) score is shown beside it and decides nothing.",
+        "",
+        "| round | parent J | parent mean score | applicable | best candidate J | "
+        "its mean score | its reward | decision |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in result.rounds:
-        scored = [c for c in r.candidates if c.score is not None]
-        best = max(scored, key=lambda c: c.score or 0.0) if scored else None
+        scored = [c for c in r.candidates if c.accuracy is not None]
+        # the best as Select sees it: highest J, earliest first among equals
+        best = max(sorted(scored, key=lambda c: c.index), key=lambda c: c.accuracy or 0.0,
+                   default=None)  # fmt: skip
         lines.append(
-            f"| {r.round} | {r.parent_score:.3f} | {sum(c.valid for c in r.candidates)}/"
-            f"{len(r.candidates)} | {'-' if best is None else f'{best.score:.3f}'} | "
-            f"{'-' if best is None else f'{best.reward:.3f}'} | {r.decision.why} |"
+            f"| {r.round} | {r.parent_accuracy:.3f} | {_num(r.parent_mean_score)} | "
+            f"{sum(c.valid for c in r.candidates)}/{len(r.candidates)} | "
+            f"{_num(best.accuracy if best else None)} | {_num(best.mean_score if best else None)} "
+            f"| {_num(best.reward if best else None)} | {r.decision.why} |"
         )
     s, f = result.seed_eval, result.final_eval
     lines += [

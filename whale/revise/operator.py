@@ -1,4 +1,12 @@
-"""The revision loop as a harness operator (`whale.operators.HarnessOperator`)."""
+"""The revision loop as a harness operator (`whale.operators.HarnessOperator`).
+
+Harness Learning's loop keeps no archive: each round's Select compares candidates with the
+round's parent only, so there is no earlier candidate to return to and each `improve` call (one
+harness phase) runs its rounds in a folder of its own, `root/phase_NN/round_MM/`. Across phases
+it is coherent with the search operator where it can be: J is the accuracy (the verifier's,
+as Select decides on it), the mean partial score is an extra column, and the rollout cap is
+hard (a phase whose start harness cannot be scored within its budget is not started).
+"""
 
 from __future__ import annotations
 
@@ -34,6 +42,12 @@ class ReviseOperator:
         before = self.store.used
         cfg = replace(self.settings, rounds=budget.iterations or self.settings.rounds)
         cap = None if budget.rollouts is None else before + budget.rollouts
+        h0 = harness_hash(harness)
+        cost = self.store.unused(h0, [q.id for q in self.score_set])
+        if budget.rollouts is not None and cost > budget.rollouts:  # hard cap: not started
+            why = (f"rollout budget: {budget.rollouts} left, scoring the start harness takes "
+                   f"{cost} (not started)")  # fmt: skip
+            return harness, OperatorRecord("revise", h0, h0, 0.0, 0.0, 0, 0, why, {"rounds": []})
         start = self.store.evaluate(solver, harness, task, self.score_set, "score", cfg.workers)
         h, rounds = revise(task, harness, self.feedback_pool, self.score_set, solver,
                            self.proposer, self.store, cfg, max_rollouts=cap,
@@ -43,8 +57,8 @@ class ReviseOperator:
         spent = cap is not None and self.store.used >= cap
         stopped = "rollout budget spent" if spent else f"{len(rounds)} rounds"
         record = OperatorRecord(
-            "revise", harness_hash(harness), h, start.score, end.score,
-            self.store.used - before, len(rounds), stopped,
-            {"rounds": [asdict(r.decision) for r in rounds]},
+            "revise", h0, h, start.score, end.score, self.store.used - before, len(rounds),
+            stopped, {"start_accuracy": start.accuracy, "end_accuracy": end.accuracy,
+                      "rounds": [asdict(r.decision) for r in rounds]},
         )  # fmt: skip
         return source, record

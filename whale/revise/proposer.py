@@ -1,8 +1,13 @@
 """The proposer: any chat model, asked G times (concurrently) for an edit of the harness.
 
-The prompt template is a file in the package (`prompts/proposer.txt`) and carries the exact
-`env` API and a worked example of the block format, because small models asked plainly write
-fenced rewrites and invent APIs (measured here on the embedded 0.5B and 1.5B). The API section
+The prompt is the paper's x_t: the task description, the harness source and the execution
+report, with the exact `env` API and the edit format. The default template
+(`prompts/proposer.txt`, `template = "default"`) shows the block format with placeholders, not
+code, and says nothing about which change to make: small proposers copy whatever example they
+are shown (measured here: with an example that only renamed a variable, the embedded 1.5B
+proposed that rename). `template = "hinted"` (`prompts/proposer_hinted.txt`) is a human prior a
+user names: it says that small solvers wrap answers in prose and slip in arithmetic, and shows
+a worked interpreter-loop edit; no command defaults to it. The API section
 (`{api}` in the template) is built from the tools the task really hands a run (`task_tools`:
 python always, retrieve when the task has a retriever) and the budget numbers, so that a QA
 harness's proposer learns of `env.tools.retrieve` and an RG one is not told of a tool it lacks.
@@ -17,7 +22,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from whale.config import at_least, at_most, one_of
+from whale.config import ConfigError, at_least, at_most, one_of
 from whale.harness import Budget
 from whale.models import ChatModel, ModelError, Sampling
 from whale.models.base import MAX_TEMPERATURE
@@ -28,7 +33,9 @@ from whale.revise.grammar import edit_grammar
 class ProposerConfig:
     temperature: float = 0.7
     max_tokens: int = 1024
-    template: str = "proposer.txt"  # a file in whale/revise/prompts, or a path
+    # "default" (the paper's x_t, no hint), "hinted" (a human prior: a hint and a worked
+    # fix), another file in whale/revise/prompts, or a path (any name with a "/").
+    template: str = "default"
     concurrency: int = 4
     # Constrain the answer to the edit format with a grammar (see grammar.py): "auto" does so
     # for llama.cpp backends (the embedded default), "on" always, "off" never.
@@ -43,9 +50,19 @@ class ProposerConfig:
         at_most(self, MAX_TEMPERATURE, "temperature")
         at_least(self, 1, "max_tokens", "concurrency", "grammar_blocks")
         one_of(self, "grammar", ("auto", "on", "off"))
+        try:
+            load_template(self.template)
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"template: {self.template!r} is neither a name of "
+                              f"{', '.join(TEMPLATES)} nor a readable file ({e})") from None
+
+
+TEMPLATES = {"default": "proposer.txt", "hinted": "proposer_hinted.txt"}
 
 
 def load_template(name: str) -> str:
+    """A named template (`TEMPLATES`), a file of whale/revise/prompts, or a path."""
+    name = TEMPLATES.get(name, name)
     if "/" in name:
         with open(name, encoding="utf-8") as f:
             return f.read()

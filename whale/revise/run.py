@@ -18,6 +18,7 @@ import tomli_w
 
 from whale import config as cfgmod
 from whale.config import at_least, one_of, part
+from whale.evaluate import EvalResult
 from whale.harness import RuntimeConfig, harness_hash, make_runtime
 from whale.harness.executor import EXECUTOR_RESUMABLE
 from whale.models import ChatModel, ModelConfig, close_model
@@ -46,8 +47,8 @@ class AdaptConfig:
     rounds: int = 3
     g: int = 1
     select: str = "ratchet"
-    # Noise-aware Select: keep a candidate only if it beats the parent by more than 2·SE over
-    # k rescorings of both (whale.revise.select); 0 is off, else k >= 2.
+    # Noise-aware Select: keep a candidate only if its accuracy beats the parent's by more than
+    # t·SE over k fresh rescorings of both (whale.revise.select); 0 is off, else k >= 2.
     noise_k: int = 0
     dev: int = 25
     eval: int = 75
@@ -174,34 +175,32 @@ def run_adapt(
 
 
 def adapt_json(result: AdaptResult, meta: dict[str, Any]) -> dict[str, Any]:
+    """summary.json. `accuracy` (the task's binary verifier) is what Select and the reward
+    decided on; `mean_score` (partial credit, F1) is an extra column that decided nothing."""
+
+    def evaluation(ev: EvalResult, h: str) -> dict[str, Any]:
+        return {"accuracy": ev.accuracy, "mean_score": ev.score, "rho_run": ev.rho_run, "hash": h}
+
     return {
         **{k.replace(" ", "_").replace("(", "").replace(")", ""): v for k, v in meta.items()},
         "format_compliance": result.format_compliance,
         "proposals": result.proposals,
         "applicable": result.applicable,
-        "seed_eval": {
-            "accuracy": result.seed_eval.accuracy,
-            "score": result.seed_eval.score,
-            "rho_run": result.seed_eval.rho_run,
-            "hash": result.seed_hash,
-        },
-        "final_eval": {
-            "accuracy": result.final_eval.accuracy,
-            "score": result.final_eval.score,
-            "rho_run": result.final_eval.rho_run,
-            "hash": result.final_hash,
-        },
+        "seed_eval": evaluation(result.seed_eval, result.seed_hash),
+        "final_eval": evaluation(result.final_eval, result.final_hash),
         "rounds_detail": [
             {
                 "round": r.round,
-                "parent_score": r.parent_score,
+                "parent_accuracy": r.parent_accuracy,
+                "parent_mean_score": r.parent_mean_score,
                 "decision": r.decision.why,
                 "kept": r.decision.kept_hash,
                 "candidates": [
                     {
                         "valid": c.valid,
                         "reason": c.reason,
-                        "score": c.score,
+                        "accuracy": c.accuracy,
+                        "mean_score": c.mean_score,
                         "reward": c.reward,
                         "mode": c.mode,
                     }
@@ -342,8 +341,11 @@ def outcome_fingerprint(task: TaskConfig, solver: ModelConfig, runtime: RuntimeC
     rt.pop("warm", None)
     rt.pop("executor", None)  # where rollouts run does not change what they produce
     s = solver
+    t = asdict(task)
+    if t.get("variant") == "canonical":
+        del t["variant"]  # the questions as the family makes them: ledgers from before it match
     what = {
-        "task": asdict(task),
+        "task": t,
         "solver": {"name": s.name, "base_url": s.base_url, "n_ctx": s.n_ctx,
                    "timeout_s": s.timeout_s},
         "runtime": rt,

@@ -2,12 +2,20 @@
 
 r = J(h'; Q_score) + v, with the Reasoning Gym validity bonus
 v = 0.05·[parses] + 0.10·[runnable] + 0.15·ρ_run. An invalid candidate earns validity credit
-only. Select keeps one harness per round: `ratchet` keeps the best candidate only if its score
-beats the parent's on the same questions (never lower the kept dev score); `best-of-g`
-advances to the best candidate even below the parent (the paper's QA protocol).
+only. Select keeps one harness per round: `ratchet` keeps the best candidate only if its J
+beats the parent's on the same questions (never lower the kept dev J); `best-of-g` advances to
+the best candidate even below the parent (the paper's QA protocol).
+
+One verifier (WHALE: one binary R(x, τ) per domain for acceptance, harness scoring and test):
+J is the *accuracy*, the fraction of Q_score the task's verifier accepts (`Outcome.correct`),
+never the mean partial score (Reasoning Gym's partial credit, F1 on multi-hop QA). That mean
+(`mean_score`) is recorded beside J as an extra column and decides nothing. Ties are ties: the
+ratchet keeps the parent when the best candidate's accuracy only equals it, and among
+candidates of equal accuracy best-of-g takes the earliest (lowest index), so that neither the
+partial score nor the validity bonus ever decides what the verifier did not.
 
 Noise-aware Select (`noise_k` = k >= 2; 0 is off): a candidate that either rule would keep is
-kept only if it beats the parent by more than the noise of the score. The parent and the
+kept only if it beats the parent by more than the noise of J (accuracy). The parent and the
 candidate are each rescored k more times on the same Q_score, all of them fresh: repeat
 j = 1..k runs under the solver's sampling seed + j (`whale.revise.loop` pays for them), never
 the round's own scoring (seed + 0). That scoring is the one on which the candidate won Select
@@ -59,15 +67,19 @@ def validity(
     return w.parses * parses + w.runnable * runnable + w.rho_run * rho_run
 
 
-def reward(score: float | None, parses: bool, runnable: bool, rho_run: float,
+def reward(accuracy: float | None, parses: bool, runnable: bool, rho_run: float,
            w: ValidityWeights = ValidityWeights()) -> float:  # fmt: skip
-    """`score` is J on Q_score (None for a candidate that could not be scored)."""
-    return (score or 0.0) + validity(parses, runnable, rho_run, w)
+    """r = J + v. `accuracy` is J on Q_score: the fraction the task's binary verifier accepts
+    (`EvalResult.accuracy`), never the mean partial score; None for a candidate that could not
+    be scored."""
+    return (accuracy or 0.0) + validity(parses, runnable, rho_run, w)
 
 
 @dataclass
 class Candidate:
-    """One archive row: a proposal, what Apply made of it, and how it scored."""
+    """One archive row: a proposal, what Apply made of it, and how it scored. `accuracy` is J
+    (the decision: Select, the reward); `mean_score` is the mean partial score, an extra column
+    that decides nothing."""
 
     round: int
     index: int
@@ -79,29 +91,35 @@ class Candidate:
     parses: bool = False
     runnable: bool = False
     rho_run: float = 0.0
-    score: float | None = None  # J(h'; Q_score)
-    reward: float = 0.0
+    accuracy: float | None = None  # J(h'; Q_score): the fraction correct (binary verifier)
+    reward: float = 0.0  # J + v
     n_scored: int = 0
+    mean_score: float | None = None  # mean partial score on Q_score: shown, never decides
 
 
 @dataclass(frozen=True)
 class Decision:
+    """The round's Select. `*_accuracy` is J, on which it decided; `*_mean_score` the mean
+    partial scores of the same harnesses, recorded beside it (None where unknown)."""
+
     kept_hash: str
-    kept_score: float
+    kept_accuracy: float
     parent_hash: str
-    parent_score: float
+    parent_accuracy: float
     chosen: int | None  # index of the candidate advanced to, None if the parent is kept
     rule: str
     why: str
     # The noise check's numbers (`NoiseCheck`, as a dict) when noise_k >= 2 ran it this round.
     noise: dict[str, Any] | None = None
+    kept_mean_score: float | None = None
+    parent_mean_score: float | None = None
 
 
 @dataclass(frozen=True)
 class NoiseCheck:
     """The k fresh rescorings of the parent and of the candidate (not the round's own scoring),
-    d_j = candidate_j - parent_j, their mean, SE, t = t_(k-1, 0.975), noise = t·SE, and the
-    verdict."""
+    each a J (accuracy on Q_score), d_j = candidate_j - parent_j, their mean, SE,
+    t = t_(k-1, 0.975), noise = t·SE, and the verdict."""
 
     k: int
     parent_scores: tuple[float, ...]
@@ -134,7 +152,7 @@ def noise_check(parent_scores: Sequence[float], candidate_scores: Sequence[float
 
 def rescored_check(k: int, rescore: Callable[[int], tuple[float, float]]) -> NoiseCheck:
     """The noise check on k fresh rescorings: `rescore(j)` for j = 1..k gives the j-th
-    (parent score, candidate score), which the loop runs under sampling seed + j; j = 0, the
+    (parent J, candidate J), accuracies, which the loop runs under sampling seed + j; j = 0, the
     round's own scoring, is never asked for. ValueError for k < 2."""
     if k < 2:
         raise ValueError(f"noise check needs k >= 2 rescorings, not {k}")
@@ -147,32 +165,40 @@ def apply_noise_check(d: Decision, check: NoiseCheck) -> Decision:
     parent is kept; either way the check's numbers are recorded in the decision."""
     if d.chosen is None:
         raise ValueError("the noise check applies to a decision that advanced to a candidate")
-    nums = (f"mean of {check.k} rescorings {sum(check.candidate_scores) / check.k:.3f} vs parent "
-            f"{sum(check.parent_scores) / check.k:.3f}: diff {check.mean_diff:+.3f}, noise "
+    cand, par = sum(check.candidate_scores) / check.k, sum(check.parent_scores) / check.k
+    nums = (f"mean accuracy of {check.k} rescorings {cand:.3f} vs parent {par:.3f}: diff "
+            f"{check.mean_diff:+.3f}, noise "
             f"t·SE = {check.t:.2f}·{check.se:.3f} = {check.noise:.3f}")  # fmt: skip
     record = {**asdict(check), "parent_scores": list(check.parent_scores),
               "candidate_scores": list(check.candidate_scores)}  # fmt: skip
     if check.passed:
         return replace(d, why=f"{d.why}; kept over the noise ({nums})", noise=record)
     why = f"candidate {d.chosen} not kept: not above the noise ({nums})"
-    return replace(d, kept_hash=d.parent_hash, kept_score=d.parent_score, chosen=None, why=why,
-                   noise=record)  # fmt: skip
+    return replace(d, kept_hash=d.parent_hash, kept_accuracy=d.parent_accuracy, chosen=None,
+                   why=why, noise=record, kept_mean_score=d.parent_mean_score)  # fmt: skip
 
 
-def select(rule: SelectRule, parent_hash: str, parent_score: float,
-           candidates: Sequence[Candidate]) -> Decision:  # fmt: skip
-    """The round's decision. An unknown `rule` is a ValueError (it used to fall through to
-    best-of-g, which may lower the kept score: a typo must not change the protocol)."""
+def select(rule: SelectRule, parent_hash: str, parent_accuracy: float,
+           candidates: Sequence[Candidate],
+           parent_mean_score: float | None = None) -> Decision:  # fmt: skip
+    """The round's decision, on J = accuracy (the module docstring: ties are ties, the earliest
+    candidate first among equals; `mean_score` and the reward's validity bonus never decide).
+    An unknown `rule` is a ValueError (it used to fall through to best-of-g, which may lower the
+    kept J: a typo must not change the protocol)."""
     if rule not in SELECT_RULES:
         raise ValueError(f"unknown Select rule {rule!r}; known: {', '.join(SELECT_RULES)}")
-    scored = [c for c in candidates if c.valid and c.score is not None and c.hash is not None]
+    parent = Decision(parent_hash, parent_accuracy, parent_hash, parent_accuracy, None, rule, "",
+                      kept_mean_score=parent_mean_score, parent_mean_score=parent_mean_score)
+    scored = [c for c in candidates if c.valid and c.accuracy is not None and c.hash is not None]
     if not scored:
-        return Decision(parent_hash, parent_score, parent_hash, parent_score, None, rule,
-                        "no valid candidate: the parent is kept")  # fmt: skip
-    best = max(scored, key=lambda c: (c.score, c.reward, -c.index))
-    assert best.score is not None and best.hash is not None
-    if rule == "ratchet" and best.score <= parent_score:
-        why = f"best candidate scores {best.score:.3f}, not above the parent's {parent_score:.3f}"
-        return Decision(parent_hash, parent_score, parent_hash, parent_score, None, rule, why)
-    why = f"candidate {best.index} scores {best.score:.3f} (parent {parent_score:.3f})"
-    return Decision(best.hash, best.score, parent_hash, parent_score, best.index, rule, why)
+        return replace(parent, why="no valid candidate: the parent is kept")
+    # max() returns the first of equal maxima: candidates come in index order, so a tie on
+    # accuracy goes to the earliest; sorting by index makes that hold for any order given.
+    best = max(sorted(scored, key=lambda c: c.index), key=lambda c: c.accuracy or 0.0)
+    assert best.accuracy is not None and best.hash is not None
+    if rule == "ratchet" and best.accuracy <= parent_accuracy:
+        return replace(parent, why=f"best candidate's accuracy {best.accuracy:.3f} is not above "
+                                   f"the parent's {parent_accuracy:.3f}")  # fmt: skip
+    why = f"candidate {best.index}: accuracy {best.accuracy:.3f} (parent {parent_accuracy:.3f})"
+    return replace(parent, kept_hash=best.hash, kept_accuracy=best.accuracy, chosen=best.index,
+                   why=why, kept_mean_score=best.mean_score)

@@ -96,6 +96,11 @@ class OutcomeStore:
         that skips work its records hold (an archived candidate) still replays its budget."""
         self._used.update((self.fingerprint, h, q) for q in question_ids)
 
+    def unused(self, h: str, question_ids: Sequence[str]) -> int:
+        """How many rollouts asking for harness `h` on these questions would add to `used`
+        (what it costs a budget): a hard cap is checked before a scoring starts."""
+        return len({(self.fingerprint, h, q) for q in question_ids} - self._used)
+
     def _harness_path(self, h: str) -> Path:
         return self.dir / "harnesses" / f"{h}.py"
 

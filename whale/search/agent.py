@@ -97,7 +97,7 @@ TOOL_SCHEMAS = json.dumps([
     _fn("grep", "Find a fixed text (case-insensitive) in the archive's files.",
         pattern="the text", path="folder or file (default: all)"),
     _fn("diff", "Unified diff of two candidates' harness.py.", a="candidate id", b="candidate id"),
-    _fn("top", "The best candidates by score.", k="how many"),
+    _fn("top", "The best candidates by accuracy under the current weights.", k="how many"),
     _fn("failures", "Failing examples of a candidate with trajectory excerpts.",
         id="candidate id", n="how many"),
     _fn("task", "The task description."),
@@ -124,6 +124,9 @@ class AgentConfig:
     protocol: str = "auto"
     grammar: str = "auto"  # "auto": constrain llama.cpp backends (embedded:*), "on", "off"
     grammar_bases: int = 3  # under the grammar, submit may name one of the top-k candidates
+    # The submit example of the system prompt: "default" (placeholders only, no change
+    # suggested), "hinted" (a worked edit: a human prior).
+    example: str = "default"
 
     def validate(self) -> None:
         """Ranges; the temperature's is Sampling's (a value no server gets is refused here)."""
@@ -133,6 +136,7 @@ class AgentConfig:
         at_most(self, MAX_TEMPERATURE, "temperature")
         one_of(self, "grammar", ("auto", "on", "off"))
         one_of(self, "protocol", ("auto", "text", "functions"))
+        one_of(self, "example", tuple(EXAMPLES))
 
 
 @dataclass
@@ -172,14 +176,15 @@ class Session:
 
 
 SYSTEM = """You improve a harness: a Python program `run(question, env) -> str` that uses a \
-small solver model to answer questions of one task. In the harness, `env.llm(messages, \
+solver model to answer questions of one task. In the harness, `env.llm(messages, \
 max_tokens=None, temperature=None, stop=None)` calls the solver and returns its reply (a str \
 with `.text`); `env.tools.python(code, timeout=10)` runs Python code in a sandbox and returns \
 what it printed (`.stdout`){retrieve}. The harness may use the standard library only.
 
 Earlier candidates are in an archive you can read; each folder cNNNN/ holds harness.py, \
-meta.json (score on the search questions, parent, hypothesis), outcomes.jsonl (each question: \
-answer, score, status, error) and trajectories.jsonl (the solver's prompts and replies).
+meta.json (accuracy on the search questions, parent, hypothesis), outcomes.jsonl (each \
+question: answer, correct, score, status, error) and trajectories.jsonl (the solver's prompts \
+and replies).
 
 Tools (read-only, paths relative to the archive):
 - list {"path": "."}   - read {"path": "c0000/harness.py", "start": 1, "end": 40}
@@ -187,18 +192,32 @@ Tools (read-only, paths relative to the archive):
 - top {"k": 5}   - failures {"id": "c0000", "n": 3}   - task {}
 - submit {"base": "cNNNN", "hypothesis": "one line"}, then on the next lines SEARCH/REPLACE \
 blocks against that candidate's harness.py (SEARCH copies whole lines exactly).
-The example below only shows the format; find your own change from the archive.
 
-{protocol} You have {steps} replies in all; the last one must be a submit. An example of a \
-submit, for some other harness:
+{protocol} You have {steps} replies in all; the last one must be a submit. The form of a \
+submit, with placeholders in capitals:
 
-CALL submit {"base": "c0003", "hypothesis": "answers end with a period the grader rejects"}
+{example}"""
+
+# The default submit example shows the form only, with placeholders: a small proposer copies
+# the code it is shown (with the worked example below as the only one, the 1.5B agent's edits
+# were answer clean-ups like it: README, whale search). "hinted" is that example, a human
+# prior a user names.
+EXAMPLES = {
+    "default": """CALL submit {"base": "BASE_ID", "hypothesis": "ONE LINE: WHAT IT CHANGES AND WHY"}
 <<<<<<< SEARCH
+LINES COPIED FROM THE BASE HARNESS
+=======
+THE NEW LINES
+>>>>>>> REPLACE
+""",
+    "hinted": 'CALL submit {"base": "c0003", "hypothesis": "answers end with a period the '
+    'grader rejects"}\n' """<<<<<<< SEARCH
     return answer
 =======
     return answer.rstrip(".")
 >>>>>>> REPLACE
-"""
+""",
+}
 
 
 def function_call(calls: list[dict[str, str]]) -> ToolCall:
@@ -287,7 +306,8 @@ class ProposerAgent:
         functions = self.uses_functions()
         protocol = "Call exactly one tool per reply." if functions else PROTOCOL_HELP
         system = (SYSTEM.replace("{protocol}", protocol)
-                  .replace("{steps}", str(self.cfg.max_steps)).replace("{retrieve}", retrieve))
+                  .replace("{steps}", str(self.cfg.max_steps)).replace("{retrieve}", retrieve)
+                  .replace("{example}", EXAMPLES[self.cfg.example]))
         s.messages = [{"role": "system", "content": system},
                       {"role": "user", "content": brief}]  # fmt: skip
         return self._steps(s, 0, seed, on_step)

@@ -63,6 +63,11 @@ class SearchConfig:
     def validate(self) -> None:
         cfgmod.one_of(self, "tracking", ("none", "mlflow", "wandb"))
         at_least(self, 1, "iterations", "m", "dev", "eval", "workers", "max_rollouts")
+        if self.max_rollouts is not None and self.max_rollouts < self.dev:
+            # The cap is hard (whale.search.loop): below one scoring of the search split not
+            # even the seed could be scored.
+            raise cfgmod.ConfigError(f"max_rollouts ({self.max_rollouts}) must be at least dev "
+                                     f"({self.dev}): one scoring of the search split")
         if self.m > 99:  # candidate ids are c<iteration><index:02d>
             raise cfgmod.ConfigError(f"m must be at most 99, got {self.m}")
         if self.patience and (len(self.patience) != 2 or self.patience[0] < 0
@@ -129,6 +134,8 @@ def run_search(
                                   retrieval=getattr(task_obj, "retriever", None) is not None)
             result = search(task_obj, source, search_set, runtime, agent, store, archive,
                             settings, say)  # fmt: skip
+            if not result.accepted_id:  # validate() keeps max_rollouts >= dev
+                raise RecordError(f"the search scored nothing: {result.stopped}")
             accepted = archive.source(result.accepted_id)
             q_eval = SealedSplit(held, run_dir / "eval_read.json").open(
                 "final eval: seed and accepted harness", [result.seed_hash, result.accepted_hash]
@@ -145,6 +152,8 @@ def run_search(
                 "rollouts paid this invocation": store.new_rollouts,
                 "wall s (this invocation)": round(time.monotonic() - t0, 1),
                 "run dir": str(run_dir),
+                "seed search accuracy": result.seed_accuracy,
+                "accepted search accuracy": result.accepted_accuracy,
                 "seed_eval": {"accuracy": seed_eval.accuracy, "score": seed_eval.score,
                               "hash": result.seed_hash},
                 "final_eval": {"accuracy": final_eval.accuracy, "score": final_eval.score,
@@ -169,12 +178,12 @@ def summary_markdown(meta: dict[str, Any]) -> str:
     s, f = meta["seed_eval"], meta["final_eval"]
     lines = [f"# whale search: {meta['task']}", ""]
     lines += [f"- {k}: {v}" for k, v in meta.items() if not isinstance(v, dict | list)]
-    lines += ["", "| iteration | candidates | valid | agent tool calls | best | best score | "
-              "rollouts |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines += ["", "| iteration | candidates | valid | agent tool calls | best | best accuracy | "
+              "its mean score | rollouts |", "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in meta["per_iteration"]:
         lines.append(f"| {r['iteration']} | {len(r['candidates'])} | {r['valid']} | "
-                     f"{r['tool_calls']} | {r['best_id']} | {r['best_score']:.3f} | "
-                     f"{r['rollouts']} |")  # fmt: skip
+                     f"{r['tool_calls']} | {r['best_id']} | {r['best_accuracy']:.3f} | "
+                     f"{r['best_score']:.3f} | {r['rollouts']} |")  # fmt: skip
     lines += ["", f"Held-out eval ({meta['eval']} questions, read once):", "",
               "| harness | accuracy | mean score |", "|---|---|---|",
               f"| seed {s['hash']} | {s['accuracy']:.3f} | {s['score']:.3f} |",

@@ -6,6 +6,12 @@ link (the link itself or any folder on the way) is refused with a message the ag
 and never followed. `grep` is a case-insensitive fixed-string search (no regular expressions:
 an agent-written pattern could backtrack for minutes).
 
+Scores, as the archive ranks them (`Archive.view`): `top` lists the best candidates by accuracy
+under the current solver, then the best of those scored under earlier weights in a section of
+their own; `list` of the archive root gives each candidate folder its accuracy, labelled when it
+was measured under other weights; `failures` of such a candidate shows first the failures of
+its copy scored under the current weights, where there is one.
+
 Nothing an agent sends ends the search: any failure of a call (a path through a file, a name
 too long for the file system, a lone surrogate, arguments nested past Python's recursion
 limit, an error whale did not foresee) comes back to the agent as an `error:` reply. Only
@@ -130,7 +136,10 @@ class ArchiveTools:
             st = os.lstat(p)
             kind = ("link" if stat.S_ISLNK(st.st_mode) else "dir" if stat.S_ISDIR(st.st_mode)
                     else "file" if stat.S_ISREG(st.st_mode) else "other")  # fmt: skip
-            rows.append(f"{p.name}{'/' if kind == 'dir' else ''}\t{kind}\t{st.st_size}")
+            row = f"{p.name}{'/' if kind == 'dir' else ''}\t{kind}\t{st.st_size}"
+            if kind == "dir" and path == self.root and p.name in self.archive:
+                row += f"\t{self.archive.label(self.archive.get(p.name))}"  # a candidate
+            rows.append(row)
         return "\n".join(rows) or "(empty)"
 
     def read(self, args: dict[str, Any]) -> str:
@@ -216,17 +225,39 @@ class ArchiveTools:
             f"{b}/harness.py")) or "(identical)"  # fmt: skip
 
     def top(self, args: dict[str, Any]) -> str:
+        """The best candidates by accuracy under the current solver (the ranking), then the
+        best of those scored under earlier weights, labelled: their scores do not compare."""
         k = max(1, min(50, _int(args.get("k", 5), "k")))
-        rows = [f"{m.id}\tscore {m.score:.3f}\titeration {m.iteration}\tparent {m.parent_id}"
+        rows = [f"{m.id}\t{m.accuracy_text()}\titeration {m.iteration}\tparent {m.parent_id}"
                 f"\t{m.hypothesis[:100]}" for m in self.archive.top(k)]  # fmt: skip
+        other = self.archive.earlier(k)
+        if other:
+            rows += ["scored under earlier weights (not comparable with the rows above):",
+                     *(f"{m.id}\t{self.archive.label(m)}\titeration {m.iteration}\tparent "
+                       f"{m.parent_id}\t{m.hypothesis[:100]}" for m in other)]  # fmt: skip
         return "\n".join(rows) or "(no scored candidate yet)"
 
     def failures(self, args: dict[str, Any]) -> str:
+        """A candidate's failing examples (verifier: not `correct`). For a candidate scored
+        under earlier weights whose source was scored again under the current ones, the
+        current copy's failures come first; the candidate's own are labelled as earlier."""
         cid = str(args.get("id", ""))
         n = max(1, min(20, _int(args.get("n", 3), "n")))
+        meta = self.archive.get(cid)
+        out: list[str] = []
+        if meta.rankable and not self.archive.comparable(meta) and meta.hash is not None:
+            now = self.archive.by_hash(meta.hash)
+            if now is not None:
+                out += [f"{cid} was scored again under the current weights as {now.id}:",
+                        self._failures(now.id, n, self.archive.label(now)), "",
+                        f"earlier, under the weights of harness phase {meta.phase}:"]
+        out.append(self._failures(cid, n, self.archive.label(meta)))
+        return "\n".join(out)
+
+    def _failures(self, cid: str, n: int, label: str) -> str:
         wrong = [o for o in self.archive.outcomes(cid) if not o.get("correct")]
         trajs = self.archive.trajectories(cid)
-        out = [f"{cid}: {len(wrong)} failing examples; showing {min(n, len(wrong))}"]
+        out = [f"{cid} ({label}): {len(wrong)} failing examples; showing {min(n, len(wrong))}"]
         for o in wrong[:n]:
             out.append(f"\n## {o['question_id']}  status {o.get('status')}  score "
                        f"{o.get('score')}  answer {str(o.get('answer'))[:200]!r}")  # fmt: skip

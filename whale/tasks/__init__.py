@@ -19,6 +19,7 @@ from whale.tasks.base import (
     normalize_prompt,
     split,
 )
+from whale.tasks.variants import VARIANTS, VariantRefused, refusal, with_variant
 
 
 @dataclass
@@ -29,6 +30,9 @@ class TaskConfig:
     size: int | None = None  # pool size; default: just enough for the command
     seed: int = 0
     config: dict[str, Any] = field(default_factory=dict)  # the family's own overrides
+    # "canonical": the questions as the family writes them; "format": the same questions
+    # reworded (whale.tasks.variants; offered per family, refused elsewhere)
+    variant: str = "canonical"
 
     def validate(self) -> None:
         """Ranges, checked by `whale.config.build`. The family's own `config` is checked by
@@ -36,6 +40,9 @@ class TaskConfig:
         if not self.id.strip():
             raise ValueError("id: must not be empty")
         at_least(self, 1, "size")
+        why = refusal(self.id, self.variant)
+        if why is not None:
+            raise ValueError(why)
 
 
 TASK_IDS = [
@@ -51,10 +58,23 @@ TASK_IDS = [
 
 
 def load_task(
-    task_id: str, size: int = 100, seed: int = 0, config: dict[str, Any] | None = None
+    task_id: str,
+    size: int = 100,
+    seed: int = 0,
+    config: dict[str, Any] | None = None,
+    variant: str = "canonical",
 ) -> Task:
-    """A task from its id (see TASK_IDS). Raises UnknownTask naming the bad id; a dataset file
-    that does not load raises UnknownTask naming the file, the record and the field."""
+    """A task from its id (see TASK_IDS), its questions worded as `variant` says (see
+    `whale.tasks.variants`). Raises UnknownTask naming the bad id (VariantRefused, also a
+    ConfigError, for a variant the task does not offer); a dataset file that does not load
+    raises UnknownTask naming the file, the record and the field."""
+    why = refusal(task_id, variant)
+    if why is not None:  # before any dataset is read
+        raise VariantRefused(why)
+    return with_variant(_load(task_id, size, seed, config), task_id, variant, seed)
+
+
+def _load(task_id: str, size: int, seed: int, config: dict[str, Any] | None) -> Task:
     kind, _, rest = task_id.partition(":")
     config = dict(config or {})
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
@@ -107,6 +127,8 @@ __all__ = [
     "TaskConfig",
     "Task",
     "UnknownTask",
+    "VARIANTS",
+    "VariantRefused",
     "check_disjoint",
     "dedupe",
     "load_task",

@@ -3,7 +3,13 @@
 The phase ends when the verifier reward averaged over the most recent window of W epochs has
 not set a new best for P_w epochs, once at least T_min epochs have run. Any improvement, however
 small, is a new best. The reward is that of the weight phase's own samples (the training
-signal): validation never drives the stop.
+signal): validation never drives the stop (the rule is handed nothing else).
+
+Each step's reward is placed at the epoch where the step ends, and so is "now": the earliest end
+is one step after P_w, since the first step sets the first best. With the default step of 0.05
+epoch that is 0.25 epoch (0.24 where the pool rounds a step to 0.04, e.g. 2 prompts of 50); with
+a step as long as W (0.2) it was 0.4. Placing a reward at its step's start (the weights that
+drew the samples) moves both ends alike and ends no sooner.
 """
 
 from __future__ import annotations

@@ -10,8 +10,9 @@ call is recorded in `WeightStep.unproven` with the reason, and not trained on); 
 call is one example (its prompt messages → its completion, loss on the completion tokens only,
 `whale.train.data`); one pass of LoRA SFT over S+ (`whale.train.sft.LoraTrainer`); the adapter
 is saved and served for the next rollouts (`whale.train.serving`). A step is `step_epochs` of
-the prompt pool (0.2 by default): one epoch is one pass over the pool, in an order reshuffled
-(seeded) every epoch.
+the prompt pool (0.05 by default: finer than the patience window W = 0.2, so that an adaptive
+weight phase can end one step after T_min instead of a whole W later): one epoch is one pass
+over the pool, in an order reshuffled (seeded) every epoch.
 
 Every sample is a rollout in the run's ledger (an `OutcomeStore`), under a question id of its
 own (`<id>@w<step>.<g>`) and a sampling seed of its own; a step whose record is on disk (with
@@ -48,7 +49,8 @@ from whale.train.sft import EmptyTrainingSet, LoraSettings, SFTSettings
 @dataclass
 class RsftSettings:
     g: int = 4  # trajectories per training prompt
-    step_epochs: float = 0.2  # one weight step, in epochs of the prompt pool
+    # One weight step, in epochs of the prompt pool (at least one prompt): finer than W.
+    step_epochs: float = 0.05
     temperature: float = 1.0  # θ_old's sampling where the harness does not set it
     lora: LoraSettings = field(default_factory=LoraSettings)
     sft: SFTSettings = field(default_factory=SFTSettings)

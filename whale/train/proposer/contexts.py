@@ -14,11 +14,19 @@ any held-out question text of any family (checked on the text itself, not assume
 split code). Not covered: paraphrases of held-out questions (a family's generator may well
 produce the same problem in other words; RG families are synthetic and this is rare), and a
 held-out prompt shown only in part (cut by the report's clipping).
+
+Generator twins (`TWINS`): two families whose questions come from one generator (gcd and lcm
+draw the same integer pairs) are one skill, so a family split that puts them in different
+lists would evaluate on a family trained under another name; `FamilySplits.validate` refuses
+it, naming the pair. `Decoding` is how every proposer sample of GRPO and of `evaluate` is
+decoded (the edit grammar on or off), one setting for both.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import random
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -26,18 +34,48 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from whale.config import ConfigError, at_least, one_of
 from whale.harness import Runtime, load_harness
 from whale.records import RecordError, read_json, write_atomic
-from whale.revise.proposer import load_template, render, task_tools
+from whale.revise.grammar import edit_grammar
+from whale.revise.proposer import ProposerConfig, load_template, render, task_tools
 from whale.revise.report import ReportConfig, build_report
 from whale.revise.run import outcome_fingerprint
 from whale.revise.store import OutcomeStore
-from whale.tasks import Question, SealedSplit, Task, TaskConfig, check_disjoint, load_task, split
+from whale.tasks import (
+    VARIANTS,
+    Question,
+    SealedSplit,
+    Task,
+    TaskConfig,
+    check_disjoint,
+    load_task,
+    split,
+)
 from whale.tasks.base import normalize_prompt
 
 # Held-out prompts shorter than this are not looked for in a corpus ("2+2?" occurs anywhere);
 # longer ones must match whole (not inside a longer word or number) wherever they occur.
 MIN_LEAK_CHARS = 8
+
+
+# Known generator twins in Reasoning Gym: pairs whose questions one generator makes, read in
+# reasoning_gym's source. A split may hold both in one list (SFT, say), never one in each: the
+# "unseen" family would then be the other one renamed.
+# - gcd / lcm: one generator of integer lists (gcd.py and lcm.py share its code), asked for
+#   the gcd or the lcm;
+# - chain_sum / decimal_chain_sum: one chain-of-terms generator and one question text, over
+#   integers or decimals;
+# - chain_sum / products: one chain-of-terms generator, with + and - or with *;
+# - mini_sudoku / sudoku: one puzzle and one rule set, on a 4x4 or a 9x9 board.
+# Left out, since less sure: basic_arithmetic / decimal_arithmetic (two generators of mixed
+# expressions) and game_of_life / game_of_life_halting (one simulator, different questions).
+TWINS: tuple[tuple[str, str], ...] = (
+    ("rg:gcd", "rg:lcm"),
+    ("rg:chain_sum", "rg:decimal_chain_sum"),
+    ("rg:chain_sum", "rg:products"),
+    ("rg:mini_sudoku", "rg:sudoku"),
+)
 
 
 class FamilyOverlap(ValueError):
@@ -67,6 +105,13 @@ class FamilySplits:
                         "families must be disjoint lists (the eval families are unseen)"
                     )
                 seen[fam] = name
+        for a, b in TWINS:
+            if a in seen and b in seen and seen[a] != seen[b]:
+                raise ConfigError(
+                    f"{seen[a]}/{seen[b]}: {a} and {b} are generator twins (one generator "
+                    "makes both: whale.train.proposer.contexts.TWINS); put them in one list "
+                    "or use one of them"
+                )
 
     def all(self) -> list[str]:
         return [*self.sft, *self.rl, *self.eval]
@@ -83,6 +128,8 @@ class ContextSettings:
     template: str = "proposer.txt"
     report: ReportConfig = field(default_factory=ReportConfig)
     task_seed: int = 0  # each family's question generator
+    # every family's questions: "canonical" or "format" (reworded; whale.tasks.variants)
+    variant: str = "canonical"
     seed: int = 0  # splits and draws
 
     def validate(self) -> None:
@@ -94,6 +141,35 @@ class ContextSettings:
                              "of the dev questions are the feedback pool")  # fmt: skip
         if not self.seeds:
             raise ValueError("seeds: name at least one seed harness")
+        one_of(self, "variant", VARIANTS)
+
+
+GRAMMARS = ("off", "on")
+
+
+@dataclass
+class Decoding:
+    """How a trained proposer's samples are decoded, in GRPO and in `evaluate` alike (one
+    object for both, recorded with the readings): `grammar` "off" (default: the paper samples
+    freely, so applicability is the proposer's own) or "on" (whale.revise.grammar's edit
+    grammar, at most `grammar_blocks` blocks: every SEARCH copies parent lines, so nearly
+    every proposal applies and applicability measures the grammar, not the proposer)."""
+
+    grammar: str = "off"
+    grammar_blocks: int = 1
+
+    def validate(self) -> None:
+        one_of(self, "grammar", GRAMMARS)
+        at_least(self, 1, "grammar_blocks")
+
+    def grammar_for(self, parent: str) -> str | None:
+        """The GBNF grammar a proposal for `parent` is decoded under (None: free)."""
+        return edit_grammar(parent, max_blocks=self.grammar_blocks) if self.grammar == "on" \
+            else None  # fmt: skip
+
+    def proposer(self, cfg: ProposerConfig) -> ProposerConfig:
+        """`cfg` with this decoding: a Proposer built on it asks for `grammar_for(parent)`."""
+        return dataclasses.replace(cfg, grammar=self.grammar, grammar_blocks=self.grammar_blocks)
 
 
 @dataclass(frozen=True)
@@ -106,7 +182,7 @@ class RevisionContext:
     scoring_ids: tuple[str, ...]
     report: str
     prompt: str  # the proposer's user message
-    parent_score: float  # J(parent; scoring questions)
+    parent_score: float  # J(parent; scoring questions): its accuracy (the binary verifier)
     step: int = 0  # multistep: how many times this parent was advanced
 
     @staticmethod
@@ -150,8 +226,8 @@ def open_family(family: str, cfg: ContextSettings, run_dir: Path, solver: Any,
     into the ledger's fingerprint."""
     # Generated pools repeat some questions (duplicates are dropped by the split): draw more.
     size = (cfg.dev + cfg.eval) * 3 // 2 + 10
-    tcfg = TaskConfig(id=family, size=size, seed=cfg.task_seed)
-    task = load_task(family, size=size, seed=cfg.task_seed)
+    tcfg = TaskConfig(id=family, size=size, seed=cfg.task_seed, variant=cfg.variant)
+    task = load_task(family, size=size, seed=cfg.task_seed, variant=cfg.variant)
     fingerprint = outcome_fingerprint(tcfg, solver, runtime_cfg)
     return family_of(family, task, cfg, family_dir(run_dir, family), fingerprint)
 
@@ -217,8 +293,29 @@ def make_context(family: Family, runtime: Runtime, parent: str, q_fb: Sequence[Q
     h = store.save_harness(parent)
     return RevisionContext(
         f"{family.id}/{h}/{draw}", family.id, h, parent, tuple(q.id for q in q_fb),
-        tuple(q.id for q in family.scoring), report, prompt, parent_eval.score, step,
+        tuple(q.id for q in family.scoring), report, prompt, parent_eval.accuracy, step,
     )  # fmt: skip
+
+
+def possible_draws(pool: int, size: int) -> int:
+    """How many different Q_fb draws of `size` a feedback pool of `pool` questions allows."""
+    return math.comb(pool, min(size, pool)) if pool > 0 else 0
+
+
+def feedback_draws(pool: Sequence[Question], size: int, n: int, key: str) -> list[list[Question]]:
+    """`n` Q_fb draws of `size` from `pool`, pairwise different as sets, seeded by `key`
+    (the same draws on every rerun). RecordError when the pool cannot give `n` of them."""
+    if possible_draws(len(pool), size) < n:
+        raise RecordError(f"{n} different feedback draws of {size} need a bigger feedback pool "
+                          f"than {len(pool)} questions")  # fmt: skip
+    rng, draws, seen = random.Random(key), list[list[Question]](), set[frozenset[str]]()
+    while len(draws) < n:  # ends: at least n different sets exist, each drawn with p > 0
+        q_fb = rng.sample(list(pool), min(size, len(pool)))
+        ids = frozenset(q.id for q in q_fb)
+        if ids not in seen:
+            seen.add(ids)
+            draws.append(q_fb)
+    return draws
 
 
 def build_contexts(family: Family, runtime: Runtime, cfg: ContextSettings, workers: int,

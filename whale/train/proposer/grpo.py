@@ -20,7 +20,11 @@ cycled) and TRL reads them in order. Prompts over `max_prompt` tokens are left o
 Generation "trl": TRL samples with the policy in process (trained tokens = sampled tokens).
 "embedded": a `rollout_func` saves the current adapter to `out/serving/step_N`, `serve()`s it
 (llama.cpp + LoRA GGUF) and samples G completions per context, seeded by (seed, update,
-index), no grammar. Ids are rebuilt: the chat template with the generation prompt; the text's
+index), decoded as the run's `Decoding` says (`grammar` "on": each context's parent's edit
+grammar, the very grammar `evaluate` decodes under; "off", the default: free, as the paper
+samples). "trl" and "vllm" take no GBNF grammar (TRL's in-process generate has none; a vLLM
+server ignores llama.cpp's `grammar` field), so `grammar` "on" is refused with them. Ids are
+rebuilt: the chat template with the generation prompt; the text's
 encoding, plus the end-of-turn id when the model stopped. Where the server's
 `completion_tokens` disagrees (llama.cpp does not count the end-of-turn token; one more is
 accepted on a stop) the rebuild is not what was sampled: the completion keeps its reward (the
@@ -61,7 +65,7 @@ import shutil
 import statistics
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -73,6 +77,7 @@ from whale.train.data import end_of_turn_id, template_ids
 from whale.train.sft import LoraSettings
 
 if TYPE_CHECKING:
+    from whale.train.proposer.contexts import Decoding
     from whale.train.serving import SolverServing
 
 RewardFn = Callable[[Sequence[str], Sequence[str]], list[float]]
@@ -253,8 +258,11 @@ def _ids_ok(ids: Any, vocab: int, limit: int | None) -> bool:
 
 
 def _make_rollout(
-    serving: SolverServing, settings: GRPOSettings, out: Path, tokenizer: Any, clock: _Clock
+    serving: SolverServing, settings: GRPOSettings, out: Path, tokenizer: Any, clock: _Clock,
+    grammars: Mapping[str, str] | None = None,
 ) -> Callable[[list[Any], Any], dict[str, Any]]:
+    """`grammars`: a prompt's message text -> the grammar its completions are decoded under
+    (none: free decoding)."""
     from whale.models.base import Sampling
 
     eot = end_of_turn_id(tokenizer)
@@ -273,7 +281,9 @@ def _make_rollout(
 
         def one(i: int) -> Any:
             seed = random.Random(f"{settings.seed}/{step}/{i}").getrandbits(31)
-            sampling = Sampling(settings.max_completion, settings.temperature, seed=seed)
+            grammar = (grammars or {}).get(prompts[i][-1]["content"])
+            sampling = Sampling(settings.max_completion, settings.temperature, seed=seed,
+                                grammar=grammar)  # fmt: skip
             return chat.chat(prompts[i], sampling)
 
         with ThreadPoolExecutor(settings.concurrency) as pool:
@@ -397,11 +407,16 @@ def train_grpo(
     init_adapter: Path | None = None,
     serving: SolverServing | None = None,
     say: Callable[[str], Any] = print,
+    decoding: Decoding | None = None,
+    parents: Mapping[str, str] | None = None,
 ) -> tuple[Path, list[UpdateStats]]:
     """GRPO on (context id, proposer message) pairs; `reward(context ids, texts)` is called
     once per update with contexts × g completions. Returns the final adapter (`out/adapter`)
-    and the stats of every update. A run directory with a checkpoint resumes from it."""
+    and the stats of every update. A run directory with a checkpoint resumes from it.
+    `decoding` (default: free) decodes the samples; with its grammar on, `parents` (context
+    id -> the parent harness's source) gives each context's grammar."""
     settings.validate()
+    grammars = _grammars(prompts, settings, decoding, parents or {})
     if settings.generation == "embedded" and serving is None:
         raise ValueError("grpo: generation 'embedded' needs a SolverServing")
     if settings.generation == "vllm" and serving is None:
@@ -409,10 +424,32 @@ def train_grpo(
 
         serving = VLLMServing(settings.vllm_url, settings.vllm_model or None, timeout_s=600.0)
         try:
-            return _train(prompts, reward, checkpoint, settings, out, init_adapter, serving, say)
+            return _train(prompts, reward, checkpoint, settings, out, init_adapter, serving, say,
+                          grammars)  # fmt: skip
         finally:
             serving.close()
-    return _train(prompts, reward, checkpoint, settings, out, init_adapter, serving, say)
+    return _train(prompts, reward, checkpoint, settings, out, init_adapter, serving, say,
+                  grammars)  # fmt: skip
+
+
+def _grammars(prompts: Sequence[tuple[str, str]], settings: GRPOSettings,
+              decoding: Decoding | None,
+              parents: Mapping[str, str]) -> dict[str, str] | None:  # fmt: skip
+    """Each prompt message's grammar when `decoding` has the grammar on, else None."""
+    if decoding is None or decoding.grammar == "off":
+        return None
+    if settings.generation != "embedded":
+        raise ValueError(f"grpo: decoding.grammar 'on' needs generation 'embedded' (a llama.cpp "
+                         f"server takes the edit grammar); {settings.generation!r} takes none")
+    missing = sorted({cid for cid, _ in prompts if cid not in parents})
+    if missing:
+        raise ValueError(f"grpo: the grammar needs each context's parent; none for {missing[:3]}")
+    out: dict[str, str] = {}
+    for cid, msg in prompts:
+        g = decoding.grammar_for(parents[cid])
+        assert g is not None
+        out[msg] = g
+    return out
 
 
 def _train(
@@ -424,6 +461,7 @@ def _train(
     init_adapter: Path | None,
     serving: SolverServing | None,
     say: Callable[[str], Any],
+    grammars: dict[str, str] | None = None,
 ) -> tuple[Path, list[UpdateStats]]:
     if not prompts:
         raise ValueError("grpo: no prompts")
@@ -436,6 +474,9 @@ def _train(
         "init_adapter": str(Path(init_adapter).resolve()) if init_adapter else None,
         "prompts": hashlib.sha256(json.dumps(list(prompts)).encode()).hexdigest()[:16],
     }
+    if grammars:  # only when on: a run made before the setting existed sampled without one
+        run["grammars"] = hashlib.sha256(json.dumps(sorted(grammars.items())).encode()
+                                         ).hexdigest()[:16]  # fmt: skip
     _check_run(out, run)
     ckdir, final = out / "checkpoints", out / "adapter"
     resume = _last_checkpoint(ckdir)
@@ -492,7 +533,7 @@ def _train(
     trainer_cls, recorder_cls = _classes()
     rollout = None
     if serving is not None and settings.generation in ("embedded", "vllm"):
-        rollout = _make_rollout(serving, settings, out, tokenizer, clock)
+        rollout = _make_rollout(serving, settings, out, tokenizer, clock, grammars)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*rollout_func.*experimental")
         trainer = trainer_cls(

@@ -1,18 +1,21 @@
 """The execution reward of one edit, shared by the teacher filter, GRPO and the evaluation.
 
-r = J(h'; Q_score) + v, v = 0.05·[parses] + 0.10·[runnable] + 0.15·ρ_run (`revise.select`):
-the proposal is applied to its context's parent (`revise.edits.apply_edits`), screened before
-any rollout is paid (interface violations: a changed `run` contract, forbidden imports, file,
-network or environment access; answer echo of the family's dev questions), then run through
-the isolated runtime on the context's scoring questions. An edit that does not apply, or that a
-screen stops, is invalid and earns validity credit only (0.05 when it parses, as in `adapt`).
+r = J(h'; Q_score) + v, v = 0.05·[parses] + 0.10·[runnable] + 0.15·ρ_run (`revise.select`),
+J the accuracy: the fraction the task's binary verifier accepts (the mean partial score is
+recorded as `mean_score` and decides nothing). The proposal is applied to its context's parent
+(`revise.edits.apply_edits`), screened before any rollout is paid (interface violations: a
+changed `run` contract, forbidden imports, file, network or environment access; answer echo of
+the family's dev questions), then run through the isolated runtime on the context's scoring
+questions. An edit that does not apply, or that a screen stops, is invalid and earns validity
+credit only (0.05 when it parses, as in `adapt`).
 
 `ExecutionReward` is GRPO's reward function: a batch of (context id, completion) pairs, the
 distinct candidates of the batch scored concurrently (two samples that make the same harness
 share one scoring through the family's ledger, never paying twice), every result appended to
-`rewards.jsonl`, and the best candidate per context kept for the multistep phases. It also
-sums, over the rollouts it ran, the time spent in solver calls against the rollouts' wall time
-(`solver_fraction`): how much of the reward execution is waiting on the solver.
+`rewards.jsonl`, and the best candidate per context (highest accuracy, the first found among
+equals) kept for the multistep phases. It also sums, over the rollouts it ran, the time spent
+in solver calls against the rollouts' wall time (`solver_fraction`): how much of the reward
+execution is waiting on the solver.
 """
 
 from __future__ import annotations
@@ -45,11 +48,12 @@ class EditResult:
     parses: bool
     runnable: bool
     rho_run: float
-    score: float | None  # J on the questions it was scored on
-    reward: float
+    accuracy: float | None  # J on the questions it was scored on: the fraction correct
+    reward: float  # J + v
     n_scored: int = 0
     solver_s: float = 0.0  # solver-call time in its rollouts
     run_s: float = 0.0  # wall time of its rollouts
+    mean_score: float | None = None  # mean partial score there: recorded, never decides
 
 
 def echo_screen(family: Family, baseline: str) -> AnswerEchoScreen:
@@ -88,9 +92,10 @@ def score_source(ctx: RevisionContext, source: str, family: Family, runtime: Run
     solver_s = sum(float(e.get("latency_s") or 0.0) for t in ev.trajectories for e in t.events
                    if e.get("kind") == "model" and not e.get("cached"))  # fmt: skip
     run_s = sum(t.wall_s for t in ev.trajectories)
-    r = reward(ev.score, True, runnable, ev.rho_run, weights)
+    r = reward(ev.accuracy, True, runnable, ev.rho_run, weights)
     return EditResult(ctx.id, True, "", "scored", harness_hash(source), True, runnable,
-                      ev.rho_run, ev.score, r, len(ev.outcomes), solver_s, run_s)  # fmt: skip
+                      ev.rho_run, ev.accuracy, r, len(ev.outcomes), solver_s, run_s,
+                      ev.score)  # fmt: skip
 
 
 def score_edit(ctx: RevisionContext, text: str, family: Family, runtime: Runtime, workers: int,
@@ -118,7 +123,7 @@ class ExecutionReward:
         self.calls = 0
         self.solver_s = 0.0
         self.run_s = 0.0
-        self.best: dict[str, tuple[float, str]] = {}  # context -> (score, candidate source)
+        self.best: dict[str, tuple[float, str]] = {}  # context -> (accuracy, candidate source)
         self._lock = threading.Lock()
         self._resume(log)
         self.log = JsonlWriter(log)
@@ -127,15 +132,16 @@ class ExecutionReward:
         """A resumed phase keeps what its earlier samples found (the multistep advance reads
         `best`) and numbers its calls on from the log's last one. Rows of an update killed
         before its checkpoint stay in the log (their rollouts stay paid); `call` tells them
-        apart from the redone update's."""
+        apart from the redone update's. A row without `accuracy` (written when J was the mean
+        partial score) offers no candidate: that score may not decide the advance."""
         for _, row in iter_jsonl(log):
             self.calls = max(self.calls, int(row.get("call") or 0))
             ctx = self.contexts.get(str(row.get("context")))
-            score, h = row.get("score"), row.get("hash")
-            if ctx is None or not row.get("valid") or not isinstance(score, int | float) or not h:
+            acc, h = row.get("accuracy"), row.get("hash")
+            if ctx is None or not row.get("valid") or not isinstance(acc, int | float) or not h:
                 continue
-            if score > self.best.get(ctx.id, (-1.0, ""))[0]:
-                self.best[ctx.id] = (float(score), self.families[ctx.family].store.harness(h))
+            if acc > self.best.get(ctx.id, (-1.0, ""))[0]:
+                self.best[ctx.id] = (float(acc), self.families[ctx.family].store.harness(h))
 
     def add_contexts(self, contexts: Sequence[RevisionContext]) -> None:
         self.contexts.update({c.id: c for c in contexts})
@@ -179,9 +185,9 @@ class ExecutionReward:
                 self.solver_s += res.solver_s
                 self.run_s += res.run_s
             for (ctx, src, _), res in zip(prepared, results, strict=True):
-                if src is not None and res.score is not None \
-                        and res.score > self.best.get(ctx.id, (-1.0, ""))[0]:  # fmt: skip
-                    self.best[ctx.id] = (res.score, src)
+                if src is not None and res.accuracy is not None \
+                        and res.accuracy > self.best.get(ctx.id, (-1.0, ""))[0]:  # fmt: skip
+                    self.best[ctx.id] = (res.accuracy, src)
             for i, res in enumerate(results):
                 self.log.write({"call": self.calls, "sample": i, **asdict(res)})
         return [r.reward for r in results]

@@ -9,6 +9,10 @@
               the new states
     evaluate: the subject proposer against the others on the unseen families (evaluate.py)
 
+`decoding` (contexts.Decoding: the edit grammar "off", the default, or "on") is how GRPO samples
+and how evaluate's proposers decode: one setting, fixed once the run has started, recorded with
+the readings. The family lists refuse generator twins split across them (contexts.TWINS).
+
 Layout of the run directory: `config.toml`; `rollouts/<family>/` (one ledger per family,
 shared by every stage: nothing is paid twice); `contexts/{sft,rl_1,rl_2,...}.json`;
 `teacher/` (proposals/, candidates.jsonl with every rejection and its reason, kept.jsonl,
@@ -42,6 +46,7 @@ from whale.revise.proposer import Proposer, ProposerConfig, load_template
 from whale.revise.run import changed_fields
 from whale.train.proposer.contexts import (
     ContextSettings,
+    Decoding,
     Family,
     FamilySplits,
     RevisionContext,
@@ -51,6 +56,7 @@ from whale.train.proposer.contexts import (
     load_contexts,
     make_context,
     open_family,
+    possible_draws,
     save_contexts,
 )
 from whale.train.proposer.evaluate import EvaluateSettings, evaluate_proposers
@@ -75,7 +81,9 @@ RESUMABLE = {"workers", "tracking", "out", "runtime.warm", "evaluate.only",
 
 
 def _default_families() -> FamilySplits:
-    return FamilySplits(sft=["rg:basic_arithmetic", "rg:chain_sum", "rg:gcd"],
+    # rg:products, not rg:gcd: gcd is lcm's generator twin (contexts.TWINS), so gcd in SFT
+    # would make lcm a seen family. products is chain_sum's twin, in the same list.
+    return FamilySplits(sft=["rg:basic_arithmetic", "rg:chain_sum", "rg:products"],
                         rl=["rg:letter_counting"], eval=["rg:lcm", "rg:count_bits"])  # fmt: skip
 
 
@@ -92,7 +100,13 @@ class ProposerTrainConfig:
     # its transformers checkpoint (default: made once from the GGUF).
     proposer: str = "qwen-coder-0.5b"
     checkpoint: str | None = None
+    # The x_t template, temperature and length of every proposer's samples. Its `grammar` is
+    # the teacher's only: teacher edits are filtered on execution, so a grammar there raises
+    # the yield of SFT data and is part of no reading.
     propose: ProposerConfig = field(default_factory=ProposerConfig)
+    # How the trained proposer's samples are decoded, in GRPO and in evaluate alike (one
+    # setting, fixed once the run has started, recorded with evaluate's readings).
+    decoding: Decoding = field(default_factory=Decoding)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     filter: TeacherSettings = field(default_factory=TeacherSettings)
     sft: ProposerSFTSettings = field(default_factory=ProposerSFTSettings)
@@ -112,9 +126,23 @@ class ProposerTrainConfig:
             self.families.validate()
         if self.phases < 1 or self.workers < 1:
             raise cfgmod.ConfigError("phases and workers must be >= 1")
-        for name in ("contexts", "filter", "sft", "grpo", "evaluate", "propose"):
+        for name in ("contexts", "filter", "sft", "grpo", "evaluate", "propose", "decoding"):
             with cfgmod.part(name):
                 getattr(self, name).validate()
+        if self.decoding.grammar == "on" and self.grpo.generation != "embedded":
+            raise cfgmod.ConfigError(
+                f"decoding.grammar = 'on' with grpo.generation = {self.grpo.generation!r}: GRPO "
+                "would sample without the grammar evaluate decodes under (TRL's generate and a "
+                "vLLM server take no GBNF grammar); use grpo.generation = 'embedded' (llama.cpp) "
+                "or decoding.grammar = 'off'"
+            )
+        c, n = self.contexts, self.evaluate.contexts
+        if possible_draws(c.dev - c.score, c.feedback) < n:
+            raise cfgmod.ConfigError(
+                f"evaluate.contexts = {n}: a feedback pool of {c.dev - c.score} questions "
+                f"(contexts.dev - contexts.score) has fewer than {n} different draws of "
+                f"contexts.feedback = {c.feedback}"
+            )
 
 
 def check_stage_changes(saved: ProposerTrainConfig, now: ProposerTrainConfig,
@@ -326,7 +354,9 @@ def run_grpo(cfg: ProposerTrainConfig, run_dir: Path,
             try:
                 adapter, stats = train_grpo([(c.id, c.prompt) for c in contexts], reward,
                                             s.checkpoint(), cfg.grpo, pdir, init_adapter=adapter,
-                                            serving=serving, say=say)  # fmt: skip
+                                            serving=serving, say=say, decoding=cfg.decoding,
+                                            parents={c.id: c.parent_source
+                                                     for c in contexts})  # fmt: skip
             finally:
                 reward.close()
             phases.append({"phase": k, "contexts": len(contexts), "reward": reward.stats(),
@@ -404,6 +434,7 @@ def run_evaluate(cfg: ProposerTrainConfig, run_dir: Path,
         if not fams:
             raise RecordError("evaluate: no eval families (families.eval is empty)")
         return evaluate_proposers(models, fams, s.runtime, cfg.contexts, cfg.propose, es,
-                                  cfg.workers, run_dir / "evaluate", say)  # fmt: skip
+                                  cfg.workers, run_dir / "evaluate", say,
+                                  decoding=cfg.decoding)  # fmt: skip
     finally:
         s.close()

@@ -7,11 +7,14 @@ on the context's scoring questions. It is kept only if
 
     J(candidate) >= J(parent) + min_gain   and   J(candidate) >= min_score
 
-(the paper's 0.08 and 0.40), then passes the post-screens: duplicate code against the examples
-already kept (`code_screens.DuplicateScreen`) and, when a reviewer model is configured, a
-reviewer's check for oracle access (`code_screens.ReviewerScreen`). Every proposal is one row
-of `candidates.jsonl` with its outcome and, when rejected, the reason; the kept ones are a
-`datasets` dataset of (prompt, completion) in conversational form, saved to `dataset/`.
+(the paper's 0.08 and 0.40), J the accuracy on the scoring questions, the fraction the task's
+binary verifier accepts (`RevisionContext.parent_score` for the parent; the candidate's mean
+partial score is recorded in its row and decides nothing). It then passes the post-screens:
+duplicate code against the examples already kept (`code_screens.DuplicateScreen`) and, when a
+reviewer model is configured, a reviewer's check for oracle access
+(`code_screens.ReviewerScreen`). Every proposal is one row of `candidates.jsonl` with its
+outcome and, when rejected, the reason; the kept ones are a `datasets` dataset of (prompt,
+completion) in conversational form, saved to `dataset/`.
 
 Resume: proposals are stored per context (`proposals/<n>.json`, finished ones only) and reused;
 rollouts come from the family ledgers. Not covered: a teacher whose edits span several rounds
@@ -43,8 +46,8 @@ from whale.train.proposer.reward import EditResult, score_edit
 @dataclass
 class TeacherSettings:
     g: int = 8  # proposals per context
-    min_gain: float = 0.08  # over the parent (the seed) on the scoring questions
-    min_score: float = 0.40  # absolute
+    min_gain: float = 0.08  # accuracy over the parent's (the seed's) on the scoring questions
+    min_score: float = 0.40  # absolute accuracy
     duplicate_threshold: float = 0.95
     seed: int = 0
 
@@ -64,20 +67,21 @@ class TeacherRow:
     index: int
     kept: bool
     reason: str  # "" when kept
-    parent_score: float
-    result: dict[str, Any]  # the EditResult
+    parent_accuracy: float  # J(parent) on the context's scoring questions
+    result: dict[str, Any]  # the EditResult (its `accuracy` is J, `mean_score` the extra)
     text: str
 
 
-def filter_reason(res: EditResult, parent_score: float, s: TeacherSettings) -> str | None:
-    """Why an executed edit misses the score bars (None when it clears both)."""
-    if not res.valid or res.score is None:
+def filter_reason(res: EditResult, parent_accuracy: float, s: TeacherSettings) -> str | None:
+    """Why an executed edit misses the accuracy bars (None when it clears both). Accuracy only:
+    a higher mean partial score never lets an edit through."""
+    if not res.valid or res.accuracy is None:
         return res.reason or "not scored"
-    if res.score < parent_score + s.min_gain - 1e-9:
-        return (f"filter: score {res.score:.3f} < parent {parent_score:.3f} + "
+    if res.accuracy < parent_accuracy + s.min_gain - 1e-9:
+        return (f"filter: accuracy {res.accuracy:.3f} < parent {parent_accuracy:.3f} + "
                 f"{s.min_gain:.2f}")  # fmt: skip
-    if res.score < s.min_score - 1e-9:
-        return f"filter: score {res.score:.3f} < {s.min_score:.2f} absolute"
+    if res.accuracy < s.min_score - 1e-9:
+        return f"filter: accuracy {res.accuracy:.3f} < {s.min_score:.2f} absolute"
     return None
 
 
@@ -168,8 +172,8 @@ def teacher_data(contexts: Sequence[RevisionContext], families: Mapping[str, Fam
         "contexts": len(contexts), "proposals": len(rows), "kept": len(kept),
         "kept_per_family": dict(Counter(r.family for r in kept)),
         "rejected": dict(sorted(reasons.items())),
-        "mean_kept_gain": (sum((r.result["score"] or 0.0) - r.parent_score for r in kept)
-                           / len(kept)) if kept else None,
+        "mean_kept_gain": (sum((r.result["accuracy"] or 0.0) - r.parent_accuracy for r in kept)
+                           / len(kept)) if kept else None,  # in accuracy
     }  # fmt: skip
     write_atomic(out / "summary.json", json.dumps(summary, indent=2))
     return summary

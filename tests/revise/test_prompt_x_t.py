@@ -1,0 +1,118 @@
+"""The proposer's default prompt is the paper's x_t: the task description, the harness source,
+the execution report, the `env` API and the edit format shown with placeholders. No hint of
+which fix to make, no worked fix; the hinted template is an option a user names."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+
+from whale.config import ConfigError
+from whale.harness import Budget
+from whale.revise.proposer import (
+    TEMPLATES,
+    ProposerConfig,
+    api_section,
+    load_template,
+    render,
+)
+from whale.revise.run import AdaptConfig
+from whale.search.agent import EXAMPLES, SYSTEM, AgentConfig
+from whale.train.proposer.contexts import ContextSettings
+
+DESCRIPTION = "<<DESCRIPTION SENTINEL>>"
+SOURCE = "def run(question, env):\n    return '<<SOURCE SENTINEL>>'"
+REPORT = "<<REPORT SENTINEL>>"
+
+# Every line the default template adds around the four inserted parts, as the paper's x_t has
+# them. A line added to the template (a hint, an example) makes this test fail.
+SKELETON = [
+    "You revise a harness: a Python program that uses a language model (the solver) to answer "
+    "the questions of one task. You are given the task, the current harness and the report of "
+    "running it. Write an edit of the harness so that more of its answers are right.",
+    "# The harness contract",
+    "The harness is one Python file that defines `run(question, env) -> str`, returning the "
+    "final answer as a string. It may use the Python standard library. It runs in a sandbox "
+    "with no network and no files but its own. `env` offers exactly:",
+    "# The task",
+    "# The current harness",
+    "```python",
+    "```",
+    "# Execution report",
+    "# How to answer",
+    "First write one or two sentences saying what your edit changes. Then give the edit as one "
+    "or more SEARCH/REPLACE blocks. The SEARCH part must copy lines of the current harness "
+    "exactly (same indentation), and it must match one place only. The REPLACE part is the new "
+    "text for those lines. The format, with placeholders in capitals:",
+    "SENTENCES SAYING WHAT THE EDIT CHANGES",
+    "<<<<<<< SEARCH",
+    "LINES COPIED FROM THE CURRENT HARNESS",
+    "=======",
+    "THE NEW LINES",
+    ">>>>>>> REPLACE",
+    "Write only the explanation and the blocks.",
+]
+
+
+def _rendered(name: str, tools: tuple[str, ...] = ("python",)) -> str:
+    return render(load_template(name), DESCRIPTION, SOURCE, REPORT, Budget(), tools)
+
+
+@pytest.mark.parametrize("tools", [("python",), ("python", "retrieve")])
+def test_the_default_prompt_holds_only_x_t_the_api_and_the_format(tools):
+    text = _rendered(ProposerConfig().template, tools)
+    for part in (DESCRIPTION, SOURCE, REPORT, api_section(tools, Budget())):
+        assert text.count(part) == 1
+        text = text.replace(part, "")
+    assert [line for line in text.splitlines() if line.strip()] == SKELETON
+
+
+def test_the_default_format_example_holds_no_code():
+    """Between the markers there are placeholders only: no line a proposer could copy."""
+    text = load_template("default")
+    blocks = re.findall(r"<<<<<<< SEARCH\n(.*?)=======\n(.*?)>>>>>>> REPLACE", text, re.S)
+    assert blocks
+    for block in blocks:
+        for line in "".join(block).splitlines():
+            assert line == line.upper() and "(" not in line and "=" not in line, line
+
+
+def test_the_hinted_template_is_the_human_prior_and_is_still_offered():
+    hinted = _rendered("hinted")
+    assert "env.tools.python" in hinted.split("# The task")[0].split("offers exactly:")[1]
+    assert "result = env.tools.python(code)" in hinted  # the worked interpreter-loop fix
+    default = _rendered("default")
+    assert "result = env.tools.python(code)" not in default
+    assert "arithmetic slips" not in default and "arithmetic slips" in hinted
+
+
+def test_no_command_defaults_to_the_hinted_template():
+    assert ProposerConfig().template == "default"
+    assert AdaptConfig().propose.template == "default"
+    # the training contexts (teacher, GRPO, evaluate) render the default x_t too
+    assert load_template(ContextSettings().template) == load_template("default")
+    assert AgentConfig().example == "default"
+    hinted = {TEMPLATES["hinted"], "hinted"}
+    for cls in (ProposerConfig, ContextSettings):
+        for f in dataclasses.fields(cls):
+            if f.name == "template":
+                assert f.default not in hinted
+
+
+def test_an_unknown_template_is_refused_on_load():
+    with pytest.raises(ConfigError, match="template"):
+        ProposerConfig(template="no-such-template").validate()
+    ProposerConfig(template="hinted").validate()
+
+
+def test_the_search_agents_default_example_shows_the_form_only():
+    system = SYSTEM.replace("{example}", EXAMPLES[AgentConfig().example])
+    assert 'rstrip(".")' not in system and "period" not in system
+    body = EXAMPLES["default"].split("<<<<<<< SEARCH\n")[1]
+    for line in body.replace(">>>>>>> REPLACE", "").replace("=======", "").splitlines():
+        assert line == line.upper(), line
+    assert 'rstrip(".")' in EXAMPLES["hinted"]
+    with pytest.raises(ValueError, match="example"):
+        AgentConfig(example="clever").validate()

@@ -1,0 +1,184 @@
+"""`train-proposer evaluate`'s readings with scripted proposers, a scripted solver and the real
+isolated runtime: several contexts per family on different feedback draws, applicability as
+its own column, the two readings of an edit that makes no harness, the ratchet's held-out score
+after every round, the decoding recorded with the readings, and a rerun answered from the
+records (the held-out split read once)."""
+
+import json
+import re
+
+import pytest
+
+from tests.fakes import ScriptedModel
+from tests.revise.conftest import GOOD_EDIT, SEED, SumTask
+from whale.harness import Runtime
+from whale.records import RecordError
+from whale.revise.proposer import ProposerConfig
+from whale.train.proposer.contexts import ContextSettings, Decoding, family_of, feedback_draws
+from whale.train.proposer.evaluate import (
+    EvaluateSettings,
+    FamilyReading,
+    eval_contexts,
+    evaluate_proposers,
+    markdown,
+)
+
+JUNK = "I would rewrite it, but here is no block at all."
+
+
+def half_prose_solver():
+    """Plain digits when a is even, prose around them when a is odd: the seed scores about a
+    half (so the 'no change' reading differs from 0) and GOOD_EDIT scores 1."""
+
+    def reply(messages, sampling):
+        a, b = map(int, re.findall(r"\d+", messages[-1]["content"])[:2])
+        return str(a + b) if a % 2 == 0 else f"Sure! The answer is {a + b}."
+
+    return ScriptedModel(reply)
+
+
+def good_on_even_seeds():
+    """GOOD_EDIT on even sampling seeds, an answer with no edit block on odd ones."""
+    return ScriptedModel(lambda m, s: GOOD_EDIT if s.seed % 2 == 0 else JUNK)
+
+
+@pytest.fixture
+def setup(tmp_path):
+    seed = tmp_path / "seed.py"
+    seed.write_text(SEED)
+    cs = ContextSettings(dev=12, score=6, eval=8, feedback=4, contexts=1, seeds=[str(seed)])
+    fam = family_of("test:sum", SumTask(), cs, tmp_path / "rollouts")
+    rt = Runtime(model=half_prose_solver())
+    yield cs, fam, rt, tmp_path
+    fam.store.close()
+    rt.close()
+
+
+def run(setup, models, es, decoding=None, pcfg=None):
+    cs, fam, rt, tmp = setup
+    pcfg = pcfg or ProposerConfig()
+    return evaluate_proposers({n: (lambda m=m: m) for n, m in models.items()}, [fam], rt, cs,
+                              pcfg, es, 2, tmp / "evaluate", decoding=decoding)  # fmt: skip
+
+
+def expected_seed_score(fam):
+    held = fam.held_out._questions
+    return sum(int(q.prompt.split()[2]) % 2 == 0 for q in held) / len(held)
+
+
+def test_each_context_is_on_its_own_feedback_draw(setup):
+    cs, fam, rt, _ = setup
+    ctxs = eval_contexts(fam, rt, cs, EvaluateSettings(contexts=4), workers=2)
+    pool = {q.id for q in fam.feedback_pool}
+    assert len(ctxs) == 4 and len({c.prompt for c in ctxs}) == 4
+    assert len({frozenset(c.feedback_ids) for c in ctxs}) == 4
+    assert all(set(c.feedback_ids) <= pool and len(c.feedback_ids) == 4 for c in ctxs)
+    again = eval_contexts(fam, rt, cs, EvaluateSettings(contexts=4), workers=2)
+    assert [c.feedback_ids for c in again] == [c.feedback_ids for c in ctxs]  # seeded
+
+
+def test_feedback_draws_are_pairwise_different_even_when_few_exist():
+    pool = SumTask(5).questions()  # 5 questions, draws of 4: exactly 5 different sets
+    draws = feedback_draws(pool, 4, 5, "k")
+    assert len({frozenset(q.id for q in d) for d in draws}) == 5
+    with pytest.raises(RecordError, match="bigger feedback pool"):
+        feedback_draws(pool, 4, 6, "k")
+
+
+def test_g_proposals_on_each_of_the_contexts_are_read(setup):
+    subject = good_on_even_seeds()
+    out = run(setup, {"trained": subject}, EvaluateSettings(against=[], contexts=4, g=2,
+                                                           rounds=0))  # fmt: skip
+    (row,) = out["readings"]
+    assert [len(c) for c in row["held"]] == [2, 2, 2, 2] and row["proposals"] == 8
+    prompts = {m[-1]["content"] for m, _ in subject.calls}
+    assert len(subject.calls) == 8 and len(prompts) == 4  # 4 contexts × g = 2
+
+
+def test_an_edit_that_makes_no_harness_reads_0_and_no_change(setup):
+    _, fam, _, _ = setup
+    out = run(setup, {"trained": good_on_even_seeds(), "base": ScriptedModel([JUNK])},
+              EvaluateSettings(against=["base"], contexts=4, g=2, rounds=0))  # fmt: skip
+    trained, base = out["readings"]
+    seed = expected_seed_score(fam)
+    assert 0 < seed < 1 and trained["seed_score"] == base["seed_score"] == seed
+    # trained: per context [GOOD_EDIT -> 1.0, no block -> no harness]
+    assert trained["held"] == [[1.0, None]] * 4
+    assert trained["applicable"] == 0.5 and trained["applied"] == 4
+    assert trained["mean"] == 0.5 and trained["mean_no_change"] == pytest.approx((1 + seed) / 2)
+    assert trained["oracle"] == trained["oracle_no_change"] == 1.0
+    # base: nothing applies, so 0 in the paper's reading and the seed's score as no change
+    assert base["applicable"] == 0.0 and base["mean"] == 0.0 and base["oracle"] == 0.0
+    assert base["mean_no_change"] == base["oracle_no_change"] == pytest.approx(seed)
+    diffs = {p["reading"]: p["mean_diff"] for p in out["paired"]["base"]}
+    assert diffs["applicable"] == 0.5 and diffs["mean"] == 0.5
+    assert diffs["mean_no_change"] == pytest.approx((1 - seed) / 2)
+
+
+def test_the_two_readings_on_a_hand_made_case():
+    r = FamilyReading("p", "f", 0.4, held=[[None, 0.8], [0.0, None]], applied=3,
+                      ratchet_rounds=[0.4, 0.6], ratchet_kept=1)  # fmt: skip
+    assert r.mean == pytest.approx(0.2)  # (0 + 0.8 + 0 + 0) / 4
+    assert r.mean_no_change == pytest.approx(0.4)  # (0.4 + 0.8 + 0 + 0.4) / 4
+    assert r.oracle == pytest.approx(0.4)  # mean over contexts of (0.8, 0)
+    assert r.oracle_no_change == pytest.approx(0.6)  # (0.8, 0.4)
+    assert r.applicable == 0.75 and r.valid == 2 and r.ratchet == 0.6
+    assert r.scores == [0.0, 0.8, 0.0, 0.0]
+
+
+def test_the_ratchet_is_read_on_the_held_out_split_after_every_round(setup):
+    cs, fam, _, tmp = setup
+    out = run(setup, {"trained": ScriptedModel([GOOD_EDIT])},
+              EvaluateSettings(against=[], contexts=1, g=1, rounds=3))  # fmt: skip
+    (row,) = out["readings"]
+    seed = expected_seed_score(fam)
+    # round 1 keeps GOOD_EDIT (1.0 on the dev scoring set); its SEARCH is gone after that,
+    # so rounds 2 and 3 keep the round-1 harness
+    assert row["ratchet_rounds"] == [pytest.approx(seed), 1.0, 1.0, 1.0]
+    assert row["ratchet_kept"] == 1 and row["ratchet"] == 1.0
+    read = json.loads((tmp / "rollouts" / "eval_read.json").read_text())
+    assert len(read["harnesses"]) == 2  # the seed and the one kept harness, each read once
+    assert "r3" in out["table"] and "1.000 | 1.000 | 1.000" in out["table"]
+
+
+def test_the_decoding_is_used_and_recorded(setup):
+    # the proposer config asks for no grammar: the run's decoding replaces it
+    subject = ScriptedModel([GOOD_EDIT])
+    on = Decoding(grammar="on")
+    out = run(setup, {"trained": subject}, EvaluateSettings(against=[], contexts=2, g=1,
+              rounds=1), decoding=on, pcfg=ProposerConfig(grammar="off"))  # fmt: skip
+    assert {s.grammar for _, s in subject.calls} == {on.grammar_for(SEED)}
+    assert out["setup"]["decoding"] == {"grammar": "on", "grammar_blocks": 1}
+    assert out["readings"][0]["decoding"] == {"grammar": "on", "grammar_blocks": 1}
+    assert "edit grammar on" in out["table"]
+    saved = json.loads((setup[3] / "evaluate" / "summary.json").read_text())
+    assert saved["setup"]["decoding"]["grammar"] == "on"
+
+
+def test_the_default_decoding_is_free(setup):
+    subject = ScriptedModel([GOOD_EDIT])
+    out = run(setup, {"trained": subject}, EvaluateSettings(against=[], contexts=1, g=2,
+              rounds=0), pcfg=ProposerConfig(grammar="on"))  # fmt: skip
+    assert all(s.grammar is None for _, s in subject.calls)
+    assert out["setup"]["decoding"]["grammar"] == "off" and "edit grammar off" in out["table"]
+
+
+def test_a_rerun_answers_from_the_records_and_reads_the_held_out_split_once(setup):
+    cs, fam, rt, tmp = setup
+    es = EvaluateSettings(against=["base"], contexts=2, g=2, rounds=2)
+    first = run(setup, {"trained": good_on_even_seeds(), "base": ScriptedModel([JUNK])}, es)
+    solver_calls = len(rt.model.calls)
+    again_t, again_b = good_on_even_seeds(), ScriptedModel([JUNK])
+    second = run(setup, {"trained": again_t, "base": again_b}, es)
+    assert again_t.calls == [] and again_b.calls == []  # every proposal came from the records
+    assert len(rt.model.calls) == solver_calls  # every rollout came from the ledger
+    assert second["readings"] == first["readings"]
+    read = json.loads((tmp / "rollouts" / "eval_read.json").read_text())
+    assert read["resumed"] == 1
+
+
+def test_the_table_has_applicability_both_readings_and_the_decoding():
+    r = FamilyReading("trained", "a", 0.25, [[0.5, None]], 1, [0.25], 0)
+    text = markdown([r], {}, ["trained"], Decoding())
+    assert "| trained | a | 1×2 | 50% (1/2) | 0.250 | 0.250 | 0.375 | 0.500 | 0.500 |" in text
+    assert "edit grammar off" in text and "applicable" in text and "no change" in text
