@@ -71,7 +71,33 @@ def test_a_sweep_without_a_validation_split_is_exit_2(tmp_path):
 
 def test_a_malformed_stagewise_is_exit_2(tmp_path):
     r = invoke("cotrain", "--stagewise", "0.5", "--out", str(tmp_path / "x"))
-    assert r.exit_code == 2 and "--stagewise" in r.output
+    assert r.exit_code == 2 and "--stagewise" in r.output and "two values" in r.output
+
+
+@pytest.mark.parametrize("value", ["0.75,3.5", "0,3", "0.75,x"])
+def test_a_stagewise_out_of_range_says_what_is_wanted(tmp_path, value):
+    r = invoke("cotrain", "--stagewise", value, "--schedule", "stagewise",
+               "--out", str(tmp_path / "x"))  # fmt: skip
+    assert r.exit_code == 2 and "I* an integer >= 1" in " ".join(r.output.split())
+
+
+def test_a_sweep_without_a_stagewise_schedule_is_exit_2(tmp_path):
+    r = invoke("cotrain", "--sweep", "--schedule", "adaptive,fixed", "--out", str(tmp_path / "x"))
+    assert r.exit_code == 2 and "no stagewise" in r.output
+
+
+def test_a_sweep_beside_a_given_stagewise_is_exit_2(tmp_path):
+    r = invoke("cotrain", "--sweep", "--schedule", "stagewise", "--stagewise", "1,2",
+               "--out", str(tmp_path / "x"))  # fmt: skip
+    assert r.exit_code == 2 and "would replace" in " ".join(r.output.split())
+
+
+def test_resume_of_a_run_made_before_the_format_stamp_is_exit_2(tmp_path):
+    # a config.toml of an older cotrain: no stagewise, validation or sweep key, no format.json
+    (tmp_path / "config.toml").write_text('schedules = ["adaptive", "stagewise"]\n')
+    r = invoke("cotrain", "--resume", str(tmp_path))
+    text = " ".join(r.output.split())
+    assert r.exit_code == 2 and "no format.json" in text and "start a new run" in text
 
 
 def test_resume_refuses_a_sweep_or_a_new_stagewise(tmp_path):

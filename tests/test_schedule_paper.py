@@ -8,18 +8,26 @@ from __future__ import annotations
 
 import hashlib
 import json
+import tomllib
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import tomli_w
 
 from tests.revise.conftest import SumTask
 from whale import config as cfgmod
-from whale.cotrain import CotrainConfig, cotrain_splits
+from whale.cotrain import (
+    FORMAT,
+    CotrainConfig,
+    cotrain_splits,
+    pool_size,
+    validation_source,
+)
 from whale.operators import OperatorRecord
-from whale.records import read_jsonl
+from whale.records import RecordError, read_jsonl
 from whale.schedule import Cotrain, Reads, ScheduleSettings
-from whale.tasks import check_disjoint
+from whale.tasks import TaskConfig, check_disjoint, load_task
 from whale.tasks.base import normalize_prompt
 from whale.train.patience import WeightPatience
 from whale.train.rsft import RsftSettings, WeightStep
@@ -189,11 +197,85 @@ def test_a_validation_split_leaves_train_and_eval_as_drawn_without_it():
     assert (with_val.pool, with_val.held) == (without.pool, without.held)
 
 
+def rg_splits(family, validation, size=None):
+    """What `whale cotrain` draws (cli_train._run): the task at `pool_size`, validation beyond
+    it from the same task loaded larger. A real Reasoning Gym family; no model."""
+    cfg = replace(CotrainConfig(), task=TaskConfig(id=f"rg:{family}", size=size),
+                  validation=validation)  # fmt: skip
+
+    def load(n):
+        return load_task(cfg.task.id, size=n, seed=cfg.task.seed)
+
+    task = load(pool_size(cfg))
+    return cotrain_splits(task, cfg, validation_source(task, cfg, load))
+
+
+def ids(qs):
+    return [q.id for q in qs]
+
+
+@pytest.mark.parametrize("family", ["basic_arithmetic", "acre"])
+def test_validation_20_leaves_train_and_eval_of_a_real_task_as_validation_0(family):
+    # acre: a larger dataset does NOT keep its first questions (it samples from a pool sized by
+    # the dataset's size), so validation cannot simply be "the questions after the first N".
+    without, with_val = rg_splits(family, 0), rg_splits(family, 20)
+    assert ids(with_val.pool) == ids(without.pool) and ids(with_val.held) == ids(without.held)
+    assert [q.prompt for q in with_val.pool + with_val.held] == \
+        [q.prompt for q in without.pool + without.held]
+    assert len(with_val.validation) == 20 and without.validation == []
+    check_disjoint({"train": with_val.pool, "eval": with_val.held,
+                    "validation": with_val.validation})  # by id and normalized text
+
+
+def test_basic_arithmetic_keeps_its_first_questions_at_a_larger_size():
+    """What the draw relies on for most families: question i depends on (seed, i) only."""
+    small, large = load_task("rg:basic_arithmetic", size=30), load_task("rg:basic_arithmetic",
+                                                                         size=50)  # fmt: skip
+    assert [(q.id, q.prompt) for q in large.questions()[:30]] == \
+        [(q.id, q.prompt) for q in small.questions()]
+
+
+def test_with_a_given_task_size_validation_comes_from_what_train_and_eval_leave():
+    with_val, without = rg_splits("basic_arithmetic", 20, 120), rg_splits("basic_arithmetic", 0,
+                                                                           120)  # fmt: skip
+    assert ids(with_val.pool + with_val.held) == ids(without.pool + without.held)
+    assert {int(q.id.rsplit(":", 1)[1]) for q in with_val.validation} < set(range(120))
+
+
+def test_a_validation_split_that_does_not_fit_the_given_pool_is_refused():
+    with pytest.raises(ValueError, match="task.size"):
+        cotrain_splits(SumTask(35), config())  # 20 + 10 leave 5 of the 8 asked
+
+
 def test_the_sweep_needs_a_validation_split():
-    cfg = config(validation=0)
+    cfg = config(validation=0, schedules=["stagewise"])
     cfg.sweep.enabled = True
     with pytest.raises(cfgmod.ConfigError, match="validation"):
         cfg.validate()
+
+
+def test_the_sweep_is_refused_without_a_stagewise_schedule_to_use_its_choice():
+    with pytest.raises(cfgmod.ConfigError, match="no stagewise"):
+        cfgmod.load(CotrainConfig, overrides=["sweep.enabled=true", "schedules=['adaptive']"])
+
+
+def test_the_sweep_is_refused_beside_a_given_stagewise():
+    with pytest.raises(cfgmod.ConfigError, match="would replace the"):
+        cfgmod.load(CotrainConfig, overrides=["sweep.enabled=true", "stagewise=[0.75, 3]",
+                                              "schedules=['stagewise']"])  # fmt: skip
+
+
+@pytest.mark.parametrize("value", ["[0.75, 3.5]", "[0.75]", "[0, 3]", "[0.75, 0]"])
+def test_a_bad_stagewise_names_what_is_wanted(value):
+    with pytest.raises(cfgmod.ConfigError, match=r"two values.*E\* > 0 epochs.*I\* an integer "
+                       r">= 1"):  # fmt: skip
+        cfgmod.load(CotrainConfig, overrides=[f"stagewise={value}"])
+
+
+def test_stagewise_unset_is_the_default_and_given_is_used():
+    assert CotrainConfig().settings("stagewise").stagewise == (0.75, 3)
+    cfg = cfgmod.load(CotrainConfig, overrides=["stagewise=[1.5, 7]"])
+    assert cfg.settings("stagewise").stagewise == (1.5, 7)
 
 
 def decisions(log, phases):
@@ -239,31 +321,41 @@ def test_the_validation_split_is_read_only_at_phase_boundaries(tmp_path):
 # --- the sweep ---------------------------------------------------------------------------------
 
 
-def test_the_sweep_picks_the_grid_point_by_validation_and_stagewise_runs_it(tmp_path,
-                                                                           monkeypatch):
+class Serving:
+    def close(self):
+        pass
+
+
+def fake_schedules(monkeypatch, tmp_path, val=None):
+    """run_cotrain with each schedule faked (a sweep point's validation accuracy from `val`);
+    returns what ran: (schedule, (E*, I*), sweep point?, folder)."""
     import whale.analysis.curves as curves
     import whale.cotrain as cotrain
 
-    val = {(0.5, 2): 0.3, (0.5, 3): 0.7, (1.0, 2): 0.7, (1.0, 3): 0.1}
     ran = []
 
     def one_schedule(cfg, kind, root, task, source, splits, serving, ckpt, proposer, say,
                      sweep_point=False):  # fmt: skip
-        ran.append((kind, tuple(cfg.stagewise), sweep_point, root.relative_to(tmp_path)))
+        ran.append((kind, cfg.stagewise_point(), sweep_point, root.relative_to(tmp_path)))
         out = {"schedule": kind, "stopped": "x", "training_rollouts": 10}
         if sweep_point:
-            out.update(validation_accuracy=val[tuple(cfg.stagewise)], validation_n=8)
+            out.update(validation_accuracy=val[cfg.stagewise_point()], validation_n=8)
         return out
-
-    class Serving:
-        def close(self):
-            pass
 
     monkeypatch.setattr(cotrain, "_one_schedule", one_schedule)
     monkeypatch.setattr(cotrain, "make_serving", lambda cfg: (Serving(), Path("ckpt")))
     monkeypatch.setattr(curves, "write_curves", lambda d, t=None: (d / "c.csv", None, d / "c.png"))
     monkeypatch.setattr(curves, "markdown_table", lambda d: "table")
     monkeypatch.setattr(curves, "schedule_summary", lambda d: [])
+    return ran
+
+
+def test_the_sweep_picks_the_grid_point_by_validation_and_stagewise_runs_it(tmp_path,
+                                                                           monkeypatch):
+    import whale.cotrain as cotrain
+
+    val = {(0.5, 2): 0.3, (0.5, 3): 0.7, (1.0, 2): 0.7, (1.0, 3): 0.1}
+    ran = fake_schedules(monkeypatch, tmp_path, val)
     cfg = config(schedules=["stagewise", "adaptive"])
     cfg.sweep = cotrain.SweepSettings(enabled=True, epochs=[1.0, 0.5], iters=[3, 2])
     meta = cotrain.run_cotrain(cfg, tmp_path, SumTask(60), SEED, None)
@@ -277,6 +369,63 @@ def test_the_sweep_picks_the_grid_point_by_validation_and_stagewise_runs_it(tmp_
                                     ("adaptive", (0.5, 3), False)]  # fmt: skip
     assert ran[1][3] == Path("sweep/E0.5-I3/stagewise") and ran[4][3] == Path("stagewise")
     assert meta["sweep"]["chosen"] == [0.5, 3]
+
+
+def test_the_sweep_choice_is_recorded_in_summary_and_sweep_json(tmp_path, monkeypatch):
+    import whale.cotrain as cotrain
+
+    fake_schedules(monkeypatch, tmp_path, {(0.5, 2): 0.2, (0.5, 3): 0.6})
+    cfg = config(schedules=["stagewise"])
+    cfg.sweep = cotrain.SweepSettings(enabled=True, epochs=[0.5], iters=[2, 3])
+    cotrain.run_cotrain(cfg, tmp_path, SumTask(60), SEED, None)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["stagewise"] == {"e_star": 0.5, "i_star": 3, "from": "the sweep (sweep.json)"}
+    sweep = json.loads((tmp_path / "sweep.json").read_text())
+    assert (sweep["stagewise"]["e_star"], sweep["stagewise"]["i_star"]) == (0.5, 3)
+    saved = tomllib.loads((tmp_path / "config.toml").read_text())
+    assert "stagewise" not in saved and saved["sweep"]["enabled"]  # what was asked: a sweep
+
+
+def test_without_a_sweep_the_summary_says_which_stagewise_ran(tmp_path, monkeypatch):
+    import whale.cotrain as cotrain
+
+    fake_schedules(monkeypatch, tmp_path)
+    cotrain.run_cotrain(config(schedules=["stagewise"], stagewise=[1.5, 4]), tmp_path,
+                        SumTask(60), SEED, None)  # fmt: skip
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["stagewise"] == {"e_star": 1.5, "i_star": 4, "from": "the config"}
+
+
+# --- resuming a run of an older layout ---------------------------------------------------------
+
+
+def test_a_run_is_stamped_with_its_format_and_resumes(tmp_path, monkeypatch):
+    import whale.cotrain as cotrain
+
+    ran = fake_schedules(monkeypatch, tmp_path)
+    cotrain.run_cotrain(config(), tmp_path, SumTask(60), SEED, None)
+    assert json.loads((tmp_path / "format.json").read_text()) == {"format": FORMAT}
+    cotrain.run_cotrain(config(), tmp_path, SumTask(60), SEED, None)  # the resume
+    assert len(ran) == 2
+
+
+@pytest.mark.parametrize("stamp", [None, {"format": 1}])
+def test_a_run_of_an_older_format_is_not_resumed(tmp_path, monkeypatch, stamp):
+    """A run made before stagewise = (E*, I*), the validation split and one archive per
+    schedule: its config.toml lacks them, loads with today's defaults and would otherwise
+    resume as unchanged."""
+    import whale.cotrain as cotrain
+
+    ran = fake_schedules(monkeypatch, tmp_path)
+    old = {k: v for k, v in cfgmod.to_dict(config()).items()
+           if k not in ("validation", "sweep", "stagewise")}  # fmt: skip
+    (tmp_path / "config.toml").write_text(tomli_w.dumps(old))
+    if stamp is not None:
+        (tmp_path / "format.json").write_text(json.dumps(stamp))
+    with pytest.raises(RecordError, match="start a new run") as e:
+        cotrain.run_cotrain(config(), tmp_path, SumTask(60), SEED, None)
+    assert ("no format.json" if stamp is None else "format 1") in str(e.value)
+    assert ran == [] and (stamp is not None or not (tmp_path / "format.json").exists())
 
 
 # --- the weight step -------------------------------------------------------------------------

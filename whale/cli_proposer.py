@@ -114,6 +114,8 @@ def sft_cmd(
     solver: str = typer.Option(None, "--solver", help="the frozen solver"),
     contexts: int = typer.Option(None, "--contexts", help="contexts per family and seed"),
     g: int = typer.Option(None, "--g", help="teacher proposals per context"),
+    template: str = typer.Option(None, "--template",
+                                 help="the run's x_t template: default | hinted | PATH"),
     workers: int = typer.Option(None, "--workers"),
     config: Path = _CONFIG, set_: list[str] = _SET, unsafe: bool = _UNSAFE,
     as_json: bool = _JSON,
@@ -123,7 +125,9 @@ def sft_cmd(
     flags = {"families.sft": _families(sft_families), "families.rl": _families(rl_families),
              "families.eval": _families(eval_families), "teacher.name": teacher,
              "proposer": proposer, "solver.name": solver, "contexts.contexts": contexts,
-             "filter.g": g, "workers": workers}  # fmt: skip
+             "filter.g": g, "workers": workers,
+             # one template for every prompt of the run: the contexts' and the proposers'
+             "contexts.template": template, "propose.template": template}  # fmt: skip
     _go("sft", run, _config(run, config, set_, flags, unsafe), as_json)
 
 

@@ -26,8 +26,18 @@ from whale.cli import (
     new_run_dir,
     out,
     resolve,
+    task_config,
 )
-from whale.cotrain import CotrainConfig, cotrain_splits, needs_proposer, run_cotrain
+from whale.cotrain import (
+    STAGEWISE_RULE,
+    CotrainConfig,
+    check_format,
+    cotrain_splits,
+    needs_proposer,
+    pool_size,
+    run_cotrain,
+    validation_source,
+)
 from whale.evaluate import EvalConfig
 from whale.harness.executor import ExecutorUnavailable
 from whale.models import ModelError, UnknownModel, build_model
@@ -64,18 +74,25 @@ def guarded(call: Callable[[], dict[str, Any]], run_dir: Path, kind: str) -> dic
 def _run(cfg: CotrainConfig, run_dir: Path | None, unsafe: bool, kind: str,
          as_json: bool) -> None:  # fmt: skip
     from whale.harness.contract import run_contract_fault
-    from whale.tasks import SplitOverlap
+    from whale.tasks import SplitOverlap, load_task
 
-    # resolve() only checks that the solver exists (cotrain serves it itself), uncached.
+    # resolve() only checks that the solver exists (cotrain serves it itself), uncached. The
+    # task is loaded at the size a run without validation loads: the same train and eval.
     ecfg = EvalConfig(task=cfg.task, harness=cfg.harness, runtime=cfg.runtime,
                       model=dataclasses.replace(cfg.solver, cache=False),
-                      n=cfg.train + cfg.eval + cfg.validation)  # fmt: skip
+                      n=pool_size(cfg))  # fmt: skip
     task_obj, source, _ = resolve(ecfg, unsafe)
     fault = run_contract_fault(source)
     if fault is not None:
         fail(f"--harness {cfg.harness}: the seed harness {fault}")
+
+    def larger(size: int) -> Any:  # the same task with more questions, for validation
+        return load_task(cfg.task.id, size=size, seed=cfg.task.seed, config=task_config(ecfg),
+                         variant=cfg.task.variant)  # fmt: skip
+
     try:
-        cotrain_splits(task_obj, cfg)
+        more = validation_source(task_obj, cfg, larger)
+        cotrain_splits(task_obj, cfg, more)
     except (SplitOverlap, ValueError) as e:
         fail(str(e))
     proposer = None
@@ -91,8 +108,8 @@ def _run(cfg: CotrainConfig, run_dir: Path | None, unsafe: bool, kind: str,
         err.print(f"[cyan]sweep: {grid} stagewise runs of up to {cfg.rollouts} training "
                   "rollouts each, before the schedules[/cyan]")  # fmt: skip
     say = lambda s: err.print(f"[cyan]{escape(s)}[/cyan]")  # noqa: E731
-    meta = guarded(lambda: run_cotrain(cfg, run_dir, task_obj, source, proposer, say), run_dir,
-                   kind)  # fmt: skip
+    meta = guarded(lambda: run_cotrain(cfg, run_dir, task_obj, source, proposer, say, more),
+                   run_dir, kind)  # fmt: skip
     mirror_run(cfg.tracking, run_dir)
     if as_json:
         print(json.dumps({k: v for k, v in meta.items() if k != "table"}, default=str))
@@ -108,6 +125,10 @@ def _resume_config(resume: Path, given: dict[str, Any], changes: dict[str, Any],
         fail(f"--resume {resume}: {', '.join(named)} cannot be given with --resume")
     if not (resume / "config.toml").is_file():
         fail(f"--resume {resume}: no config.toml there")
+    try:  # before its config.toml is read with today's defaults
+        check_format(resume)
+    except RecordError as e:
+        fail(str(e))
     hold_run_dir(resume)
     base = cfgmod.to_dict(load_config(CotrainConfig, resume / "config.toml", [], {}))
     base.update({k: v for k, v in changes.items() if v is not None})
@@ -116,6 +137,22 @@ def _resume_config(resume: Path, given: dict[str, Any], changes: dict[str, Any],
 
 
 _SCHEDULE_HELP = "comma-separated: adaptive, fixed, weight-only, harness-only, stagewise"
+
+
+def _stagewise_flag(text: str) -> list[int | float]:
+    """--stagewise E_STAR,I_STAR as numbers (their ranges are the config's check), or exit 2
+    saying what is wanted."""
+    values: list[int | float] = []
+    for part in text.split(","):
+        value = cfgmod.parse_value(part.strip())
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            break
+        values.append(value)
+    else:
+        if len(values) == 2:
+            return values
+    fail(f"--stagewise {text!r}: want {STAGEWISE_RULE}, e.g. 0.75,3")
+    raise AssertionError  # fail() exits; for the type checker
 
 
 @app.command("cotrain")
@@ -129,9 +166,11 @@ def cotrain_cmd(
     weight_epochs: float = typer.Option(None, "--weight-epochs", help="E (fixed, weight-only)"),
     harness_iters: int = typer.Option(None, "--harness-iters", help="I (fixed, harness-only)"),
     stagewise: str = typer.Option(None, "--stagewise", help="E_STAR,I_STAR: stagewise's "
-                                  "one weight stage (epochs) and one harness stage (iterations)"),
+                                  "one weight stage (epochs > 0) and one harness stage "
+                                  "(iterations, an integer >= 1); default 0.75,3"),
     sweep: bool = typer.Option(False, "--sweep", help="first choose stagewise's (E*, I*) from "
-                               "the grid sweep.epochs x sweep.iters by validation accuracy"),
+                               "the grid sweep.epochs x sweep.iters by validation accuracy "
+                               "(needs stagewise among the schedules, and no --stagewise)"),
     cycles: int = typer.Option(None, "--cycles", help="N: most cycles of any schedule"),
     g: int = typer.Option(None, "--g", help="weight phase: trajectories per prompt"),
     m: int = typer.Option(None, "--m", help="harness phase: candidates per iteration"),
@@ -166,13 +205,7 @@ def cotrain_cmd(
             pat = [int(x) for x in patience.split(",")]
         except ValueError:
             fail(f"--patience {patience!r}: want J_MIN,P_H, e.g. 6,2")
-    star = None
-    if stagewise is not None:
-        try:
-            e_star, i_star = stagewise.split(",")
-            star = [float(e_star), int(i_star)]
-        except ValueError:
-            fail(f"--stagewise {stagewise!r}: want E_STAR,I_STAR, e.g. 0.75,3")
+    star = None if stagewise is None else _stagewise_flag(stagewise)
     scheds = [s.strip() for s in schedule.split(",")] if schedule is not None else None
     if resume is not None:
         given = {"--task": task, "--harness": harness, "--solver": solver, "--g": g, "--m": m,

@@ -1,7 +1,11 @@
 """`whale cotrain` and `whale rsft` as library calls: config, splits, one run per schedule.
 
 Splits: a training prompt pool (`train`), a held-out eval split (`eval`) and a validation split
-(`validation`), disjoint by id and normalized text. The weight phase samples the whole pool;
+(`validation`), disjoint by id and normalized text (`cotrain_splits`). Train and eval are drawn
+exactly as a run without a validation split draws them: the same task size (`pool_size`), the
+same seeded shuffle. Validation comes from what that draw leaves: the rest of the shuffled
+pool, then questions of the task loaded `validation` questions larger (`validation_source`)
+that are new by id and text. The weight phase samples the whole pool;
 the harness phase scores candidates on its first `search` questions (training data too:
 WHALE's harness phase climbs the archive's best *training* score). The eval split is read at
 every phase boundary, for the curves only. The validation split is read at the same
@@ -9,14 +13,18 @@ boundaries, outside the loop's reach (`whale.schedule.Reads`), and chooses two t
 reported best point of each schedule (`whale.analysis.curves`) and, with `sweep.enabled`
 (`whale cotrain --sweep`), stagewise's (E*, I*). No switching rule reads it.
 
-Layout of the run directory: `config.toml`, then one folder per schedule (`adaptive/`,
-`harness-only/`, ...), each with its ledger (`outcomes.jsonl` + `trajectories/` +
+Layout of the run directory: `format.json` (the layout's version, `FORMAT`: a resume of a run
+of another version is refused, see `check_format`), `config.toml`, then one folder per schedule
+(`adaptive/`, `harness-only/`, ...), each with its ledger (`outcomes.jsonl` + `trajectories/` +
 `harnesses/`), `reads.jsonl`, `phases.jsonl`, `weight/` (steps.jsonl and adapters/step_NNNN/),
-`harness/` (the harness operator's archives) and `summary.json`; at the top `curves.csv`,
-`phases.csv`, `curves.png` and `summary.md`. All schedules share the splits and the rollout
-budget, so they are compared at the same cost. A sweep adds `sweep/E<e>-I<i>/stagewise/` (one
-stagewise run per grid point, the same layout without reads) and `sweep.json` (every point's
-validation accuracy at its end, and the point chosen).
+`harness/` (the search's ONE archive for all the schedule's harness phases, `harness/archive/`,
+with the proposer's sessions in `harness/sessions/`; the revision loop, which has no archive,
+`harness/phase_NN/`) and `summary.json`; at the top `curves.csv`, `phases.csv`, `curves.png`,
+`summary.md` and `summary.json` (with the (E*, I*) stagewise ran and where it came from). All
+schedules share the splits and the rollout budget, so they are compared at the same cost. A
+sweep adds `sweep/E<e>-I<i>/stagewise/` (one stagewise run per grid point, the same layout
+without reads) and `sweep.json` (every point's validation accuracy at its end, and the point
+chosen).
 """
 
 from __future__ import annotations
@@ -42,10 +50,20 @@ from whale.revise.run import check_seed, outcome_fingerprint, refuse_changes
 from whale.revise.store import OutcomeStore
 from whale.schedule import SCHEDULES, Cotrain, Reads, ScheduleSettings, no_read, score_split
 from whale.search.agent import AgentConfig
-from whale.tasks import Question, Task, TaskConfig, check_disjoint, split
+from whale.tasks import Question, Task, TaskConfig, check_disjoint, dedupe, split
 from whale.train.rsft import RsftSettings, Solver, WeightPhase, trainer_factory
 
 SERVING = ("embedded", "hf", "vllm")
+# The run directory's layout version (format.json; `check_format`). 2: stagewise = (E*, I*),
+# a validation split that leaves train and eval as without it, one archive per schedule.
+FORMAT = 2
+FORMAT_FILE = "format.json"
+# (E*, I*) when neither `stagewise` nor the sweep gives it. At the defaults (train 50, G 4,
+# search 20, m 2) it costs about the rollout budget: 0.75 epoch = 150 weight samples, the start
+# harness's scoring + 3 iterations = 20 + 120.
+STAGEWISE_DEFAULT = (0.75, 3)
+STAGEWISE_RULE = ("two values [E_STAR, I_STAR]: E* > 0 epochs (the one weight stage) and I* an "
+                  "integer >= 1 (the one harness stage's iterations)")  # fmt: skip
 
 
 @dataclass
@@ -97,10 +115,10 @@ class CotrainConfig:
     rollouts: int = 300  # training rollouts per schedule
     weight_epochs: float = 0.2  # E (fixed, weight-only)
     harness_iters: int = 6  # I (fixed, harness-only)
-    # (E*, I*): stagewise's one weight stage and one harness stage. At the defaults (train 50,
-    # G 4, search 20, m 2) they cost about the rollout budget: 0.75 epoch = 150 weight samples,
-    # the start harness's scoring + 3 iterations = 20 + 120.
-    stagewise: tuple[float, int] = (0.75, 3)
+    # (E*, I*): stagewise's one weight stage and one harness stage (STAGEWISE_RULE). Unset:
+    # the sweep's choice with sweep.enabled, else STAGEWISE_DEFAULT. Set, it cannot go with
+    # the sweep (whose choice would silently replace it).
+    stagewise: list[int | float] | None = None
     # N: cycles of fixed (None: 3); given, it caps every schedule. Without it adaptive,
     # weight-only and harness-only run until `rollouts` are spent; stagewise is one cycle.
     cycles: int | None = None
@@ -130,18 +148,17 @@ class CotrainConfig:
                  "train", "search", "eval", "workers")  # fmt: skip
         above(self, 0.0, "weight_epochs", "max_weight_epochs")
         at_least(self, 0, "validation")
-        if len(self.stagewise) != 2 or self.stagewise[0] <= 0 or self.stagewise[1] < 1:
-            raise cfgmod.ConfigError(f"stagewise must be [E_STAR > 0, I_STAR >= 1], "
-                                     f"got {list(self.stagewise)}")  # fmt: skip
-        if self.sweep.enabled and self.validation < 1:
-            raise cfgmod.ConfigError("sweep.enabled: the sweep chooses (E*, I*) on the "
-                                     "validation split; set validation >= 1")  # fmt: skip
+        st = self.stagewise
+        if st is not None and not (len(st) == 2 and st[0] > 0 and isinstance(st[1], int)
+                                   and st[1] >= 1):  # fmt: skip
+            raise cfgmod.ConfigError(f"stagewise: want {STAGEWISE_RULE}; got {list(st)}")
         one_of(self, "serving", SERVING)
         one_of(self, "operator", ("search", "revise"))
         bad = [s for s in self.schedules if s not in SCHEDULES]
         if bad or not self.schedules or len(set(self.schedules)) != len(self.schedules):
             raise cfgmod.ConfigError(f"schedules: want distinct names of {', '.join(SCHEDULES)}; "
                                      f"got {self.schedules}")  # fmt: skip
+        self._check_sweep()
         if self.search > self.train:
             raise cfgmod.ConfigError(f"search ({self.search}) must be at most train "
                                      f"({self.train}): it is the pool's first questions")
@@ -154,11 +171,34 @@ class CotrainConfig:
         with part("sweep"):
             self.sweep.validate()
 
+    def _check_sweep(self) -> None:
+        """The sweep only where its choice is used, never beside one it would replace."""
+        if not self.sweep.enabled:
+            return
+        if self.validation < 1:
+            raise cfgmod.ConfigError("sweep.enabled: the sweep chooses (E*, I*) on the "
+                                     "validation split; set validation >= 1")  # fmt: skip
+        if "stagewise" not in self.schedules:
+            raise cfgmod.ConfigError(f"sweep.enabled: the sweep chooses stagewise's (E*, I*), "
+                                     f"but schedules {self.schedules} has no stagewise to run "
+                                     "it: add stagewise, or drop the sweep")  # fmt: skip
+        if self.stagewise is not None:
+            raise cfgmod.ConfigError(f"stagewise {list(self.stagewise)} and sweep.enabled: the "
+                                     "sweep's choice would replace the (E*, I*) given; drop "
+                                     "one of them")  # fmt: skip
+
+    def stagewise_point(self) -> tuple[float, int]:
+        """(E*, I*) as given, else the default (the sweep replaces `stagewise` with its
+        choice before any schedule runs: `run_cotrain`)."""
+        if self.stagewise is None:
+            return STAGEWISE_DEFAULT
+        return float(self.stagewise[0]), int(self.stagewise[1])
+
     def settings(self, kind: str) -> ScheduleSettings:
         return ScheduleSettings(kind, self.rollouts, self.weight_epochs, self.harness_iters,
                                 self.cycles, (self.patience[0], self.patience[1]),
                                 self.max_weight_epochs, self.max_harness_iters,
-                                self.weight_patience, self.stagewise,
+                                self.weight_patience, self.stagewise_point(),
                                 scoring_rollouts=self.search)  # fmt: skip
 
 
@@ -173,13 +213,54 @@ class Splits(NamedTuple):
     validation: list[Question]  # the reported best point and the sweep's choice only
 
 
-def cotrain_splits(task: Task, cfg: CotrainConfig) -> Splits:
-    # Validation is drawn last, from the same seeded shuffle as train and eval.
-    parts = split(task.questions(), {"train": cfg.train, "eval": cfg.eval,
-                                     "validation": cfg.validation},
+def pool_size(cfg: CotrainConfig) -> int:
+    """The task size train and eval are drawn from, with or without a validation split:
+    `task.size`, or just enough for train + eval."""
+    return cfg.task.size or cfg.train + cfg.eval
+
+
+def _draw(task: Task, cfg: CotrainConfig) -> tuple[dict[str, list[Question]], list[Question]]:
+    """Train and eval exactly as a run without validation draws them (the same shuffle of the
+    same questions: "rest" only names what the draw leaves, in shuffled order), and the
+    deduplicated pool they came from."""
+    pool = dedupe(task.questions())
+    rest = max(0, len(pool) - cfg.train - cfg.eval)
+    parts = split(pool, {"train": cfg.train, "eval": cfg.eval, "rest": rest},
                   random.Random(cfg.seed))  # fmt: skip
-    check_disjoint(parts)
-    return Splits(parts["train"], parts["eval"], parts["validation"])
+    return parts, pool
+
+
+def validation_source(task: Task, cfg: CotrainConfig, load: Callable[[int], Task]) -> Task | None:
+    """Where validation questions beyond `task` come from: `load(size)` of the task at
+    `pool_size(cfg) + validation` questions, when the train/eval draw leaves fewer than
+    `validation` over (always, when task.size is not given); None when it leaves enough (a
+    given task.size, or a dataset file). `task` is the task at `pool_size(cfg)`."""
+    if cfg.validation < 1:
+        return None
+    parts, _ = _draw(task, cfg)
+    if len(parts["rest"]) >= cfg.validation:
+        return None
+    return load(pool_size(cfg) + cfg.validation)
+
+
+def cotrain_splits(task: Task, cfg: CotrainConfig, more: Task | None = None) -> Splits:
+    """Train and eval drawn from `task` (loaded at `pool_size(cfg)`) by the seeded shuffle, the
+    same with or without a validation split; validation: what that draw leaves over, then the
+    questions of `more` (the task loaded larger, `validation_source`) that repeat none of
+    `task`'s by id or normalized text, in order. By id and text, not by position: a larger
+    Reasoning Gym dataset mostly keeps its first questions, but acre and list_functions do
+    not. `task` grades them all (same family and config; the scorers read each entry).
+    ValueError when there are too few."""
+    parts, pool = _draw(task, cfg)
+    extra = dedupe([*pool, *more.questions()])[len(pool):] if more is not None else []
+    candidates = parts["rest"] + extra
+    if len(candidates) < cfg.validation:
+        raise ValueError(f"validation: asked for {cfg.validation} questions beyond train and "
+                         f"eval, found {len(candidates)} (a larger pool: --set task.size=N, "
+                         "which also redraws train and eval)")  # fmt: skip
+    splits = Splits(parts["train"], parts["eval"], candidates[: cfg.validation])
+    check_disjoint({"train": splits.pool, "eval": splits.held, "validation": splits.validation})
+    return splits
 
 
 def needs_proposer(cfg: CotrainConfig) -> bool:
@@ -188,6 +269,33 @@ def needs_proposer(cfg: CotrainConfig) -> bool:
 
 def check_resume(saved: CotrainConfig, requested: CotrainConfig, run_dir: Path) -> None:
     refuse_changes(saved, requested, run_dir, RESUMABLE, cfgmod.ConfigError)
+
+
+def check_format(run_dir: Path) -> None:
+    """RecordError when `run_dir` holds a run (config.toml) of another `FORMAT`. One without
+    format.json predates (E*, I*) (stagewise was N weight phases of E, then N harness phases
+    of I), a validation split drawn beside train and eval, and one search archive per
+    schedule: its config.toml loads with today's defaults and passes `check_resume`, while its
+    records mean something else."""
+    if not (run_dir / "config.toml").exists():
+        return
+    path = run_dir / FORMAT_FILE
+    found = None
+    if path.exists():
+        try:
+            found = json.loads(path.read_text()).get("format")
+        except (ValueError, AttributeError, OSError):
+            raise RecordError(f"{path}: not a record of the run's format") from None
+    if found == FORMAT:
+        return
+    made = f"format {found}" if found is not None else f"an older whale (no {FORMAT_FILE})"
+    raise RecordError(
+        f"--resume {run_dir}: the run was made by {made}, this whale writes format {FORMAT}: "
+        "since then stagewise is one weight stage of E* epochs and one harness stage of I* "
+        "iterations, a validation split leaves train and eval as drawn without it, and a "
+        "schedule's harness phases share one search archive, so resuming would mix two "
+        "experiments under one config; start a new run (its records stay readable)"
+    )
 
 
 def make_serving(cfg: CotrainConfig) -> tuple[Any, Path]:
@@ -221,9 +329,12 @@ def run_cotrain(
     source: str,
     proposer_model: ChatModel | None,
     say: Callable[[str], None] = lambda s: None,
+    more: Task | None = None,
 ) -> dict[str, Any]:
     """Run (or resume) every schedule of `cfg` in `run_dir`, after the sweep where
-    `cfg.sweep.enabled` (its chosen (E*, I*) is stagewise's); write curves and summary."""
+    `cfg.sweep.enabled` (its chosen (E*, I*) is stagewise's, recorded in summary.json and
+    sweep.json); write curves and summary. `task`: loaded at `pool_size(cfg)`; `more`: where
+    validation questions beyond it come from (`validation_source`)."""
     from whale.analysis.curves import markdown_table, schedule_summary, write_curves
 
     t0 = time.monotonic()
@@ -231,18 +342,22 @@ def run_cotrain(
     results: list[dict[str, Any]] = []
     try:
         with RunLock(run_dir):
+            check_format(run_dir)
             if (run_dir / "config.toml").exists():
                 check_resume(cfgmod.load(CotrainConfig, run_dir / "config.toml"), cfg, run_dir)
             check_seed(run_dir, cfg.harness, source)
+            write_atomic(run_dir / FORMAT_FILE, json.dumps({"format": FORMAT}))
             write_atomic(run_dir / "config.toml", tomli_w.dumps(cfgmod.to_dict(cfg)))
-            splits = cotrain_splits(task, cfg)
+            splits = cotrain_splits(task, cfg, more)
             serving, ckpt = make_serving(cfg)
             swept = None
+            chosen_by = "the config" if cfg.stagewise is not None else "the default"
             if cfg.sweep.enabled:
                 swept = run_sweep(cfg, run_dir, task, source, splits, serving, ckpt,
                                   proposer_model, say)  # fmt: skip
                 e_star, i_star = swept["chosen"]
-                cfg = dataclasses.replace(cfg, stagewise=(float(e_star), int(i_star)))
+                cfg = dataclasses.replace(cfg, stagewise=[float(e_star), int(i_star)])
+                chosen_by = "the sweep (sweep.json)"
             for kind in cfg.schedules:
                 say(f"schedule {kind}")
                 results.append(_one_schedule(cfg, kind, run_dir / kind, task, source, splits,
@@ -252,6 +367,9 @@ def run_cotrain(
                     "schedules": results, "summary": schedule_summary(run_dir),
                     "curves": str(csv_path), "plot": str(png),
                     "wall_s (this invocation)": round(time.monotonic() - t0, 1)}  # fmt: skip
+            if "stagewise" in cfg.schedules:
+                e_star, i_star = cfg.stagewise_point()
+                meta["stagewise"] = {"e_star": e_star, "i_star": i_star, "from": chosen_by}
             if swept is not None:
                 meta["sweep"] = swept
             table = markdown_table(run_dir)
@@ -280,7 +398,7 @@ def run_sweep(cfg: CotrainConfig, run_dir: Path, task: Task, source: str, splits
     points = []
     for e, i in cfg.sweep.grid():
         say(f"sweep: stagewise (E*, I*) = ({e:g}, {i})")
-        pc = dataclasses.replace(cfg, stagewise=(e, i))
+        pc = dataclasses.replace(cfg, stagewise=[e, i])
         root = run_dir / "sweep" / point_name(e, i) / "stagewise"
         record_dir(run_dir / "sweep")  # never links: a point's ledger would be written there
         record_dir(root.parent)
@@ -293,7 +411,10 @@ def run_sweep(cfg: CotrainConfig, run_dir: Path, task: Task, source: str, splits
     best = max(points, key=lambda p: p["validation_accuracy"])  # first of equals: cheaper
     out = {"rule": "highest validation accuracy of the point's final (weights, harness); "
                    "ties: the smaller E*, then the smaller I*",
-           "chosen": [best["epochs"], best["iters"]], "points": points,
+           "chosen": [best["epochs"], best["iters"]],
+           "stagewise": {"e_star": best["epochs"], "i_star": best["iters"],
+                         "note": "the (E*, I*) the stagewise schedule of this run ran"},
+           "points": points,
            "training_rollouts": sum(p["training_rollouts"] for p in points)}  # fmt: skip
     write_atomic(run_dir / "sweep.json", json.dumps(out, indent=2))
     say(f"sweep: chose (E*, I*) = ({best['epochs']:g}, {best['iters']}), validation accuracy "
@@ -332,6 +453,8 @@ def _one_schedule(cfg: CotrainConfig, kind: str, root: Path, task: Task, source:
             result = run.run()
         finally:
             run.close()
+        if kind == "stagewise":  # the (E*, I*) it ran, which the sweep may have chosen
+            result["stagewise"] = list(cfg.stagewise_point())
         if reads is not None:
             result["reads"] = reads.rows()
         else:  # the sweep's score: after the run, never inside it

@@ -3,7 +3,9 @@
 Each phase holds the other component frozen: the weight phase (rejection-sampling SFT,
 `whale.train.rsft`) trains the solver under the current harness; the harness phase (a
 `HarnessOperator`: Meta-Harness search by default) searches harnesses under the current
-weights. Schedules (`SCHEDULES`):
+weights (the search keeps ONE archive for all of a schedule's harness phases, under the
+schedule's `harness/archive/`, so a later phase can return to any earlier candidate; the
+revision loop has no archive). Schedules (`SCHEDULES`):
 
 - `adaptive`: each phase ends by its patience rule (weight: W = T_min = P_w = 0.2 epoch on the
   weight phase's own reward; harness: (J_min, P_h) = (6, 2) on the archive's best training

@@ -55,8 +55,9 @@ def stagewise(out):
 
 
 def adaptive(out):
-    """Reads at 0, 16, 32, 48, 64 training rollouts; eval 0.20, 0.35, 0.40, 0.50, 0.45: it first
-    reaches stagewise's final 0.40 at 32 rollouts (32 / 80 = 0.4 of stagewise's)."""
+    """Reads at 0, 16, 32, 48, 64 training rollouts; eval 0.20, 0.35, 0.40, 0.50, 0.45: it
+    equals stagewise's final 0.40 at 32 rollouts and first passes it at 48 (48 / 80 = 0.6 of
+    stagewise's)."""
     name = "adaptive"
     spans = [(1, "weight", "weight_sample", 16), (1, "harness", "harness_score", 16),
              (2, "weight", "weight_sample", 16), (2, "harness", "harness_score", 16)]
@@ -91,17 +92,43 @@ def by_name(out):
     return {r["schedule"]: r for r in schedule_summary(out)}
 
 
-def test_the_crossing_is_where_a_schedule_first_reaches_stagewise_final_accuracy(tmp_path):
+def test_the_crossing_is_where_a_schedule_first_passes_stagewise_final_accuracy(tmp_path):
     stagewise(tmp_path)
     adaptive(tmp_path)
     weight_only(tmp_path)
     got = by_name(tmp_path)
     assert got["adaptive"]["stagewise_final"] == 0.40
-    assert got["adaptive"]["crossing_rollouts"] == 32  # 0.40 at 32: "reaches" counts
-    assert got["adaptive"]["crossing_fraction"] == 32 / 80
+    assert got["adaptive"]["crossing_rollouts"] == 48  # 0.40 at 32 only equals it: not passed
+    assert got["adaptive"]["crossing_fraction"] == 48 / 80
     assert got["weight-only"]["crossing_rollouts"] is None  # 0.35 at most: never
     assert got["weight-only"]["crossing_fraction"] is None
-    assert got["stagewise"]["crossing_fraction"] == 1.0  # its own final, at its end
+    assert got["stagewise"]["crossing_rollouts"] is None  # its own final is never above itself
+    assert {r["base_at_or_above_stagewise_final"] for r in got.values()} == {False}  # 0.20
+
+
+def declining(out):
+    """Stagewise reads 0.30 -> 0.25 -> 0.20 and weight-only 0.30 -> 0.22 -> 0.21: both bases are
+    already above stagewise's final 0.20."""
+    for name, accs in (("stagewise", (0.30, 0.25, 0.20)), ("weight-only", (0.30, 0.22, 0.21))):
+        write(out / name / "outcomes.jsonl",
+              [ledger_row(name, c, "weight", "weight_sample", i) for c in (1, 2)
+               for i in range(10)])  # fmt: skip
+        write(out / name / "reads.jsonl", [read_row(name, 0, "start", 0, accs[0]),
+                                           read_row(name, 1, "weight", 10, accs[1]),
+                                           read_row(name, 2, "weight", 20, accs[2])])
+
+
+def test_a_base_already_at_stagewise_final_is_flagged_not_a_crossing_at_0(tmp_path):
+    declining(tmp_path)
+    got = by_name(tmp_path)
+    assert got["stagewise"]["stagewise_final"] == 0.20
+    for name in ("stagewise", "weight-only"):
+        assert got[name]["base_at_or_above_stagewise_final"] is True
+        # the first read after training that passes 0.20 (0.25, 0.22): 10 rollouts, not 0
+        assert (got[name]["crossing_rollouts"], got[name]["crossing_fraction"]) == (10, 0.5)
+    line = next(x for x in markdown_table(tmp_path).splitlines()
+                if x.startswith("| weight-only |"))  # fmt: skip
+    assert "| 0.500 (10); base >= it |" in line
 
 
 def test_the_table_shows_the_crossing_fraction_and_never(tmp_path):
@@ -110,7 +137,7 @@ def test_the_table_shows_the_crossing_fraction_and_never(tmp_path):
     weight_only(tmp_path)
     lines = markdown_table(tmp_path).splitlines()
     adaptive_line = next(x for x in lines if x.startswith("| adaptive |"))
-    assert "| 0.400 (32) |" in adaptive_line
+    assert "| 0.600 (48) |" in adaptive_line
     assert "| never |" in next(x for x in lines if x.startswith("| weight-only |"))
 
 
@@ -118,15 +145,17 @@ def test_without_a_stagewise_schedule_there_is_no_crossing(tmp_path):
     adaptive(tmp_path)
     got = by_name(tmp_path)["adaptive"]
     assert got["stagewise_final"] is None and got["crossing_rollouts"] is None
+    assert got["base_at_or_above_stagewise_final"] is None
     assert "| - | 0.275 / 0.3 (2) |" in markdown_table(tmp_path)
 
 
-def test_crossing_on_reads_alone():
+def test_crossing_on_reads_alone_counts_only_reads_after_training_strictly_above():
     reads = [{"training_rollouts": 0, "accuracy": 0.1}, {"training_rollouts": 9, "accuracy": 0.5},
              {"training_rollouts": 12, "accuracy": 0.7}]  # fmt: skip
-    assert crossing(reads, 0.5) == 9
-    assert crossing(reads, 0.1) == 0
-    assert crossing(reads, 0.71) is None
+    assert crossing(reads, 0.4) == 9
+    assert crossing(reads, 0.5) == 12  # 0.5 at 9 only equals it
+    assert crossing(reads, 0.05) == 9  # the start read (0 rollouts) never counts
+    assert crossing(reads, 0.7) is None
 
 
 def test_phase_lengths_leave_out_phases_the_budget_cut_short(tmp_path):

@@ -147,3 +147,27 @@ def test_the_revise_operators_rollout_cap_is_hard(task, tmp_path, budget):
         store.close()
     assert rec.rollouts <= budget
     assert rec.iterations == (0 if budget < 34 else 1)
+
+
+@pytest.mark.parametrize("budget", [40, 89, 90])
+def test_the_revise_operators_rollout_cap_counts_the_noise_check(task, tmp_path, budget):
+    """With Select's noise check the worst case of a round adds 2·k·|Q_score| rescorings (the
+    parent and the kept candidate, k times each). k = 3, 10 questions, feedback 4 drawn from
+    them (already paid by the start's scoring), G = 2: the start costs 10, round 1 at most
+    2·10 + 2·3·10 = 80 more, so it starts only at 90 (it pays 10 + 10 + 60: one candidate
+    applies). Without the noise term it would start at 40 and spend 80."""
+    from whale.operators import OperatorBudget
+    from whale.revise.operator import ReviseOperator
+
+    qs = task.questions()[:10]
+    store = OutcomeStore(tmp_path)
+    op = ReviseOperator(tmp_path / "phases", qs, qs, store,
+                        Proposer(ScriptedModel([GOOD_EDIT, BAD_EDIT] * 3)),
+                        LoopSettings(rounds=3, g=2, feedback=4, workers=4, noise_k=3))  # fmt: skip
+    try:
+        _, rec = op.improve(task, Runtime(model=prose_solver()), SEED,
+                            OperatorBudget(rollouts=budget, iterations=3))  # fmt: skip
+    finally:
+        store.close()
+    assert rec.rollouts <= budget
+    assert rec.iterations == (0 if budget < 90 else 1)

@@ -116,3 +116,57 @@ def test_the_search_agents_default_example_shows_the_form_only():
     assert 'rstrip(".")' in EXAMPLES["hinted"]
     with pytest.raises(ValueError, match="example"):
         AgentConfig(example="clever").validate()
+
+
+# The API section, word for word: a sentence added to it (a hint about what small solvers get
+# wrong, a suggested tool) makes this fail. Budget numbers are the only variables.
+API_LINES = [
+    '- `env.llm(messages, max_tokens=None, temperature=None, stop=None)`: calls the solver. '
+    '`messages` is a list of {"role": "system"|"user"|"assistant", "content": str} (or one '
+    'string). Returns a reply that IS a str (the text) and also has `.text` and '
+    '`.finish_reason` ("stop" or "length").',
+    "- `env.tools.python(code, timeout=10)`: runs Python code in a fresh sandbox; returns a str "
+    "of what it printed (stdout, then stderr and any error), with `.stdout`, `.stderr`, "
+    "`.error`.",
+    "- `env.tools.retrieve(query, k=5)`: searches the task's passage corpus (BM25) and returns "
+    'a list of at most k (capped at 50) passages, best first, each a dict {"id", "title", '
+    '"text", "score"}. An empty query returns [] and costs nothing.',
+    "- `env.budget`: what is left: `.model_calls`, `.tool_calls`, `.retrievals`, `.seconds`.",
+    "Nothing else exists on `env`. Budget per question: 7 model calls, 5 python calls, 3 "
+    "retrievals; a call past the budget ends the run.",
+]
+
+
+def test_the_api_section_describes_the_api_and_nothing_else():
+    budget = Budget(model_calls=7, tool_calls=5, retrievals=3)
+    assert api_section(("python", "retrieve"), budget).splitlines() == API_LINES
+
+
+# The search agent's system prompt, word for word, but for its placeholders.
+AGENT_SYSTEM = """You improve a harness: a Python program `run(question, env) -> str` that uses \
+a solver model to answer questions of one task. In the harness, `env.llm(messages, \
+max_tokens=None, temperature=None, stop=None)` calls the solver and returns its reply (a str \
+with `.text`); `env.tools.python(code, timeout=10)` runs Python code in a sandbox and returns \
+what it printed (`.stdout`){retrieve}. The harness may use the standard library only.
+
+Earlier candidates are in an archive you can read; each folder cNNNN/ holds harness.py, \
+meta.json (accuracy on the search questions, parent, hypothesis), outcomes.jsonl (each \
+question: answer, correct, score, status, error) and trajectories.jsonl (the solver's prompts \
+and replies).
+
+Tools (read-only, paths relative to the archive):
+- list {"path": "."}   - read {"path": "c0000/harness.py", "start": 1, "end": 40}
+- grep {"pattern": "fixed text", "path": "."}   - diff {"a": "c0000", "b": "c0001"}
+- top {"k": 5}   - failures {"id": "c0000", "n": 3}   - task {}
+- submit {"base": "cNNNN", "hypothesis": "one line"}, then on the next lines SEARCH/REPLACE \
+blocks against that candidate's harness.py (SEARCH copies whole lines exactly).
+
+{protocol} You have {steps} replies in all; the last one must be a submit. The form of a \
+submit, with placeholders in capitals:
+
+{example}"""
+
+
+def test_the_search_agents_system_prompt_holds_no_hint():
+    """A sentence added to it (what small solvers get wrong, a fix to try) makes this fail."""
+    assert SYSTEM == AGENT_SYSTEM

@@ -260,3 +260,50 @@ def test_an_echo_cannot_be_laundered_across_phases(tmp_path):
         store.close()
     c = op.archive.get("c0200")
     assert not c.valid and c.reason.startswith("answer echo") and "the seed did not" in c.reason
+
+
+# Half right: keeps the last number when it is even (4, 10, 16 of the first six sums), else "0".
+HALF = GOOD.replace("    return re.findall(r'-?\\d+', reply.text)[-1]\n",
+                    "    n = re.findall(r'-?\\d+', reply.text)[-1]\n"
+                    "    return n if int(n) % 2 == 0 else '0'\n")  # fmt: skip
+GOOD_SOURCE = SEED.replace("    return reply.text.strip()\n",
+                           "    import re\n    return re.findall(r'-?\\d+', reply.text)[-1]\n")
+
+
+def test_a_replayed_phase_with_patience_ranks_only_what_it_had_seen(tmp_path):
+    """Patience reads the best before the phase and after each iteration; on a replay the
+    archive already holds the later phase's better candidates, and a ranking that saw them
+    would stop (and accept) otherwise.
+
+    Phase 1 (patience J_min 1, P_h 2): c0100 worse (0), c0200 half right (a new best), c0300
+    and c0400 worse: it stops after 4 and accepts c0200. Phase 2 starts from a new harness,
+    all right (c0500, 1.0), and its proposal c0600 is worse: no new best over its start, so
+    patience (1, 1) stops it after one iteration, accepting c0500. Seen by phase 1's replay,
+    c0500 would be a best from iteration 1 (stop after 3), or its start (stop after 2)."""
+
+    def two_phases(model):
+        store = OutcomeStore(tmp_path, "fp")
+        op, task, _ = operator(tmp_path, store, model)
+        rt = Runtime(model=prose_solver())
+        try:
+            _, r1 = op.improve(task, rt, SEED, OperatorBudget(iterations=6, patience=(1, 2)))
+            _, r2 = op.improve(task, rt, GOOD_SOURCE,
+                               OperatorBudget(iterations=3, patience=(1, 1)))  # fmt: skip
+        finally:
+            store.close()
+        return [r1, r2], store
+
+    want, _ = two_phases(ScriptedModel([WORSE, HALF, WORSE, WORSE, WORSE]))
+    decided = [(r.iterations, r.stopped.split(":")[0], r.detail["start_id"],
+                r.detail["accepted_id"], [i["best_id"] for i in r.detail["iterations"]])
+               for r in want]  # fmt: skip
+    assert decided == [(4, "patience", "c0000", "c0200", ["c0000", "c0200", "c0200", "c0200"]),
+                       (1, "patience", "c0500", "c0500", ["c0500"])]  # fmt: skip
+
+    def dead(messages, sampling):
+        raise AssertionError("a replayed session was run again")
+
+    got, store = two_phases(ScriptedModel(dead))
+    assert [(r.end_hash, r.rollouts, r.iterations, r.stopped, r.detail) for r in got] == \
+        [(r.end_hash, r.rollouts, r.iterations, r.stopped, r.detail) for r in want]
+    assert store.new_rollouts == 0

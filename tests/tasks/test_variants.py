@@ -252,3 +252,69 @@ def test_the_audits_echo_screen_reads_the_words_the_run_saw():
     (seen,) = [q for q in load_task("rg:gcd", size=2, variant="format").questions()
                if q.id == "rg:gcd:0:1"]  # fmt: skip
     assert screen.devs[0].prompt == seen.prompt
+
+
+# --- no instruction added where the canonical task has none ----------------------------------
+# The module's promise: a family whose questions carry no answer-format instruction gets none
+# added. "No instruction" is read structurally and independently of the module's tables (which
+# a faulty rule could change along with what it adds): the question's text minus its content
+# (the rule's groups, or the whole free-text question) holds none of the format words below
+# and no sentence of any family's instruction phrasings.
+
+BARE_FAMILIES = ("basic_arithmetic", "count_bits", "lcm", "leg_counting", "letter_counting",
+                 "simple_equations")  # fmt: skip
+FORMAT_WORDS = (
+    "final answer", "answer format", "format", "your answer", "answer with", "answer is",
+    "answer:", "only the", "just the", "alone", "nothing else", "no other", "reply", "respond",
+    "your response", "output", "write the answer", "single", "no explanation", "without",
+    "in the form", "separated by", "comma-separated", "example", "e.g.", "for instance", "boxed",
+)  # fmt: skip
+
+
+def instruction_sentences():
+    """Every family's instruction phrasings, cut at their content fields: the fixed pieces of
+    three words or more."""
+    pieces = (s for r in RG_RULES.values() for i in r.instructions for s in re.split(r"\{\w+\}", i))
+    return {" ".join(p.lower().split()) for p in pieces if len(p.split()) >= 3}
+
+
+def without(text, content):
+    """`text` less each content value (longest first, once, never inside a word)."""
+    for value in sorted(content, key=len, reverse=True):
+        text = re.sub(rf"(?<!\w){re.escape(value)}(?!\w)", " ", text, count=1)
+    return " ".join(text.lower().split())
+
+
+def instruction_in(text, content):
+    rest = without(text, content)
+    return [w for w in (*FORMAT_WORDS, *instruction_sentences()) if w in rest]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_instruction_reader_sees_which_canonical_families_carry_one(family):
+    # the reader can fail: it finds the instruction of every family that has one, canonical and
+    # reworded, and none in the canonical questions of the bare families
+    _, _, qs = pair(f"rg:{family}", n=20)
+    for c, v in qs:
+        content = groups_of(family, c.prompt).values()
+        assert bool(instruction_in(c.prompt, content)) == (family not in BARE_FAMILIES), c.prompt
+        if family not in BARE_FAMILIES:
+            assert instruction_in(v.prompt, content), v.prompt
+
+
+@pytest.mark.parametrize("family", BARE_FAMILIES)
+def test_a_family_without_an_instruction_gets_none_added(family):
+    _, _, qs = pair(f"rg:{family}")
+    for c, v in qs:
+        assert instruction_in(v.prompt, groups_of(family, c.prompt).values()) == [], v.prompt
+
+
+def test_free_text_questions_get_no_instruction_added(tmp_path):
+    p = tmp_path / "gsm8k.jsonl"
+    p.write_text(json.dumps({"id": "a", "question": "What is 6 times 7?", "answer": "#### 42"}))
+    tasks = [("mhqa", 40, {"passages": 2000}), ("champ", 1, None), (f"math:{p}", 1, None),
+             (f"hotpotqa:{qa.write(tmp_path, 'h.json', qa.HOTPOT)}", 1, None)]  # fmt: skip
+    for task_id, n, config in tasks:
+        _, _, qs = pair(task_id, n=n, seed=3, config=config)
+        for c, v in qs[:40]:
+            assert instruction_in(v.prompt, [c.prompt.strip()]) == [], (task_id, v.prompt)

@@ -128,3 +128,44 @@ def test_the_weight_phase_accepts_only_what_the_verifier_accepts(tmp_path, monke
     seed = (rp.SEEDS / "single_call.py").read_text()
     rec, _ = rp.weight_step(tmp_path, seed, ["Answer: 13"])  # right on a1 only
     assert rec.samples == 4 and rec.accepted == 2 and rec.reward == 0.5
+
+
+def test_evaluates_held_out_readings_are_accuracies(setup, tmp_path):
+    """On PartialSumTask the prose seed and NEAR_EDIT score 0.9 in partial credit and 0 in
+    accuracy: every held-out reading (seed, proposals, ratchet rounds) is the accuracy."""
+    from whale.train.proposer.evaluate import EvaluateSettings, evaluate_proposers
+
+    _, fam, rt = setup
+    cs = ContextSettings(dev=12, score=6, eval=8, feedback=4, contexts=1,
+                         seeds=[str(tmp_path / "seed.py")])  # fmt: skip
+    proposer = ScriptedModel([NEAR_EDIT, GOOD_EDIT])  # then GOOD_EDIT in the ratchet's round
+    out = evaluate_proposers({"p": lambda: proposer}, [fam], rt, cs, ProposerConfig(),
+                             EvaluateSettings(against=[], contexts=1, g=2, rounds=1), 2,
+                             tmp_path / "evaluate")  # fmt: skip
+    (row,) = out["readings"]
+    held = fam.held_out._questions
+    seed = fam.store.evaluate(rt, SEED, fam.task, held, "eval", 2)  # from the ledger
+    assert seed.score == pytest.approx(0.9) and seed.accuracy == 0.0  # the two measures differ
+    assert row["seed_score"] == 0.0
+    assert row["held"] == [[0.0, 1.0]]  # NEAR_EDIT: 0 (not 0.9); GOOD_EDIT: 1
+    assert row["ratchet_rounds"] == [0.0, 1.0] and row["mean_no_change"] == 0.5
+
+
+def test_a_stored_context_without_the_accuracy_marker_is_refused(setup, tmp_path):
+    """parent_score meant the mean partial score before the one-verifier change: a record that
+    does not say it is an accuracy would feed partial scores to the filter and the advance."""
+    from whale.train.proposer.contexts import OldContextRecord, load_contexts, save_contexts
+
+    ctx, _, _ = setup
+    path = tmp_path / "contexts.json"
+    save_contexts(path, [ctx])
+    (row,) = json.loads(path.read_text())
+    assert row["parent_measure"] == "accuracy" and load_contexts(path) == [ctx]
+    for old in (
+        {k: v for k, v in row.items() if k != "parent_measure"},
+        {**row, "parent_measure": "mean_score"},
+    ):
+        path.write_text(json.dumps([old]))
+        with pytest.raises(OldContextRecord, match=r"predates the one-verifier change.*"
+                           r"start a new run directory"):  # fmt: skip
+            load_contexts(path)

@@ -182,3 +182,50 @@ def test_the_table_has_applicability_both_readings_and_the_decoding():
     text = markdown([r], {}, ["trained"], Decoding())
     assert "| trained | a | 1×2 | 50% (1/2) | 0.250 | 0.250 | 0.375 | 0.500 | 0.500 |" in text
     assert "edit grammar off" in text and "applicable" in text and "no change" in text
+
+
+# A seed that keeps the solver's (right) answer only when it is below 40; the round-2 edit
+# keeps those below 80, the round-4 edit every answer: three kept harnesses with three
+# different held-out accuracies (SumTask's sums run from 1 to 118).
+STEP_SEED = ("def run(question, env):\n    n = int(env.llm(question).text.strip())\n"
+             "    return str(n) if n < 40 else 'none'\n")  # fmt: skip
+
+
+def _keep(old, new):
+    return (f"Keep more answers.\n<<<<<<< SEARCH\n    return str(n) if n < {old} else "
+            f"'none'\n=======\n    return str(n) if n < {new} else 'none'\n"
+            ">>>>>>> REPLACE\n")  # fmt: skip
+
+
+def test_each_ratchet_round_reads_the_harness_kept_after_that_round(tmp_path):
+    seed = tmp_path / "seed.py"
+    seed.write_text(STEP_SEED)
+    cs = ContextSettings(dev=12, score=6, eval=8, feedback=4, contexts=1, seeds=[str(seed)])
+    fam = family_of("test:sum", SumTask(), cs, tmp_path / "rollouts")
+    digits = ScriptedModel(
+        lambda m, s: str(sum(map(int, re.findall(r"\d+", m[-1]["content"])[:2])))
+    )
+    rt = Runtime(model=digits)
+    # one single-step proposal, then rounds 1..5: no edit, 40 -> 80, no edit, 80 -> 1000, no edit
+    proposer = ScriptedModel([JUNK, JUNK, _keep(40, 80), JUNK, _keep(80, 1000), JUNK])
+    try:
+        out = evaluate_proposers({"p": lambda: proposer}, [fam], rt, cs, ProposerConfig(),
+                                 EvaluateSettings(against=[], contexts=1, g=1, rounds=5), 2,
+                                 tmp_path / "evaluate")  # fmt: skip
+    finally:
+        fam.store.close()
+        rt.close()
+
+    def share(qs, bound):
+        return sum(q.reference < bound for q in qs) / len(qs)
+
+    # the hand-made case: each edit beats its parent on the dev scoring set (so it is kept)
+    # and the three harnesses differ on the held-out split (so the rounds tell them apart)
+    assert share(fam.scoring, 40) < share(fam.scoring, 80) < 1.0
+    held = fam.held_out._questions
+    s0, s2, s4 = share(held, 40), share(held, 80), 1.0
+    assert len({s0, s2, s4}) == 3
+    (row,) = out["readings"]
+    assert row["ratchet_kept"] == 2
+    assert row["ratchet_rounds"] == [s0, s0, s2, s2, s4, s4]
+    assert len(proposer.calls) == 6

@@ -148,3 +148,20 @@ def test_which_eval_families_to_read_may_change_after_evaluate_started(tmp_path)
     with pytest.raises(RecordError, match="evaluate.g"):
         check_stage_changes(saved, cfgmod.build(ProposerTrainConfig, {"evaluate": {"g": 4}}),
                             tmp_path)  # fmt: skip
+
+
+def test_a_variant_an_eval_family_does_not_offer_is_refused_before_anything_runs(tmp_path):
+    with pytest.raises(cfgmod.ConfigError, match=r"contexts.variant: 'format' is not offered "
+                       r"for task 'rg:dice'.*\(families.eval\)"):  # fmt: skip
+        cfgmod.build(ProposerTrainConfig, {"contexts": {"variant": "format"},
+                                           "families": {"eval": ["rg:dice"]}})  # fmt: skip
+    cfgmod.build(ProposerTrainConfig, {"contexts": {"variant": "format"}})  # the defaults offer it
+    from typer.testing import CliRunner
+
+    from whale.cli import app
+
+    r = CliRunner().invoke(app, ["train-proposer", "sft", "--run", str(tmp_path / "r"),
+                                 "--eval-families", "rg:dice",
+                                 "--set", "contexts.variant=format"])  # fmt: skip
+    assert r.exit_code == 2 and "rg:dice" in r.output
+    assert not (tmp_path / "r").exists()  # refused before the SFT contexts were paid

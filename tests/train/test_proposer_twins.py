@@ -3,7 +3,7 @@
 import pytest
 
 from whale import config as cfgmod
-from whale.train.proposer.contexts import TWINS, FamilySplits
+from whale.train.proposer.contexts import TWINS, FamilySplits, twin_groups
 from whale.train.proposer.run import ProposerTrainConfig, _default_families
 
 
@@ -45,3 +45,18 @@ def test_every_twin_and_default_family_is_a_reasoning_gym_family_with_a_grader()
     q = task.questions()[0]
     assert task.grade(q, str(task.expected(q))).correct
     assert not task.grade(q, "not a number").correct
+
+
+def test_twins_of_one_family_are_twins_of_each_other():
+    """products and decimal_chain_sum are both chain_sum's twins: one generator, one skill."""
+    with pytest.raises(cfgmod.ConfigError, match=r"rg:decimal_chain_sum and rg:products"):
+        FamilySplits(sft=["rg:products"], rl=["rg:letter_counting"],
+                     eval=["rg:decimal_chain_sum"]).validate()  # fmt: skip
+    FamilySplits(sft=["rg:products", "rg:decimal_chain_sum"], rl=["rg:letter_counting"],
+                 eval=["rg:lcm"]).validate()  # fmt: skip
+
+
+def test_twin_groups_are_the_transitive_closure_of_the_pairs():
+    groups = twin_groups([("a", "b"), ("c", "d"), ("b", "c"), ("e", "f")])
+    assert sorted(map(sorted, groups)) == [["a", "b", "c", "d"], ["e", "f"]]
+    assert frozenset({"rg:chain_sum", "rg:decimal_chain_sum", "rg:products"}) in twin_groups()

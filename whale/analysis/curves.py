@@ -13,8 +13,10 @@ into one folder OUT, each in OUT/<schedule>/ with
 The per-schedule summary (`schedule_summary`, `markdown_table`) reads these three: the final
 eval read; the reported best point, chosen by validation accuracy (eval accuracy there is what
 is reported; the eval split never chooses anything); the paper's cost figure, the training
-rollouts at which a schedule's eval accuracy first reaches stagewise's final eval accuracy, as
-a fraction of stagewise's training rollouts; and the phase lengths, median and maximum.
+rollouts at which a schedule's eval accuracy first passes (exceeds) stagewise's final eval
+accuracy, as a fraction of stagewise's training rollouts (only reads after some training count:
+a base that already reads at or above stagewise's final is reported as such, in its own field,
+not as a crossing at 0 rollouts); and the phase lengths, median and maximum.
 
 The counting rule is the point of this module: the x axis is the same for every schedule,
 *training rollouts* = ledger rows of kind weight_sample or harness_score. Eval rows never count,
@@ -61,9 +63,9 @@ PHASE_COLUMNS = ("schedule", "cycle", "phase", "rollouts", "eval_rollouts",
                  "eval_score", "eval_n")  # fmt: skip
 SUMMARY_COLUMNS = ("schedule", "base", "final", "best", "best_validation", "rollouts_at_best",
                    "training_rollouts", "stagewise_final", "crossing_rollouts",
-                   "crossing_fraction", "weight_phases", "weight_epochs_median",
-                   "weight_epochs_max", "harness_phases", "harness_iters_median",
-                   "harness_iters_max")  # fmt: skip
+                   "crossing_fraction", "base_at_or_above_stagewise_final", "weight_phases",
+                   "weight_epochs_median", "weight_epochs_max", "harness_phases",
+                   "harness_iters_median", "harness_iters_max")  # fmt: skip
 STAGEWISE = "stagewise"  # the schedule whose final eval accuracy the cost figure is against
 BUDGET_STOP = "rollout budget"  # in `stopped` of a phase the budget cut short
 
@@ -335,13 +337,27 @@ def phase_lengths(phases: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
             "harness_iters_max": max(h, default=None)}  # fmt: skip
 
 
+# Accuracies are k/n: a difference smaller than this is float noise, and "equal" is equal.
+_TIE = 1e-12
+
+
 def crossing(reads: Sequence[Mapping[str, Any]], target: float) -> int | None:
-    """Training rollouts of the first read (in curve order) whose eval accuracy reaches or
-    passes `target`; None when none does."""
+    """Training rollouts of the first read (in curve order) after some training (training
+    rollouts > 0) whose eval accuracy passes `target` (is strictly above it; equal does not
+    count, as the paper's figure is where WHALE *exceeds* stagewise's final); None when none
+    does. A start read never counts: no training made it (see `at_or_above`)."""
     for r in reads:
-        if r["accuracy"] >= target - 1e-12:  # accuracies are k/n: equal means equal
+        if r["training_rollouts"] > 0 and r["accuracy"] > target + _TIE:
             return int(r["training_rollouts"])
     return None
+
+
+def at_or_above(accuracy: float | None, target: float | None) -> bool | None:
+    """Whether `accuracy` (a schedule's base read) is already at or above `target`
+    (stagewise's final); None when either is missing."""
+    if accuracy is None or target is None:
+        return None
+    return accuracy >= target - _TIE
 
 
 def _summary(schedules: list[_Schedule]) -> list[dict[str, Any]]:
@@ -360,9 +376,10 @@ def _summary(schedules: list[_Schedule]) -> list[dict[str, Any]]:
         best = max(judged, key=lambda r: r["validation_accuracy"], default=None)
         at = crossing(reads, sw_final) if sw_final is not None else None
         total = trained.get(STAGEWISE, 0)
+        base = start[0]["accuracy"] if start else None
         out.append({
             "schedule": s.name,
-            "base": start[0]["accuracy"] if start else None,
+            "base": base,
             "final": reads[-1]["accuracy"] if reads else None,
             "best": best["accuracy"] if best else None,
             "best_validation": best["validation_accuracy"] if best else None,
@@ -371,6 +388,7 @@ def _summary(schedules: list[_Schedule]) -> list[dict[str, Any]]:
             "stagewise_final": sw_final,
             "crossing_rollouts": at,
             "crossing_fraction": at / total if at is not None and total else None,
+            "base_at_or_above_stagewise_final": at_or_above(base, sw_final),
             **phase_lengths(r for _, r in s.phases),
         })  # fmt: skip
     return out
@@ -380,9 +398,11 @@ def schedule_summary(out: Path) -> list[dict[str, Any]]:
     """One row per schedule (SUMMARY_COLUMNS): base, final and best eval accuracy (best: the
     read of highest validation accuracy, and that accuracy; None without a validation split),
     training rollouts, the stagewise crossing (`crossing_rollouts`: training rollouts at the
-    first read whose eval accuracy reaches stagewise's final one; `crossing_fraction`: that over
-    stagewise's training rollouts; None without a stagewise schedule, or when never reached)
-    and the phase lengths (`phase_lengths`)."""
+    first read after some training whose eval accuracy passes stagewise's final one, see
+    `crossing`; `crossing_fraction`: that over stagewise's training rollouts; None without a
+    stagewise schedule, or when never passed), `base_at_or_above_stagewise_final` (the start
+    read already at or above it, so that a crossing says little; None without a stagewise
+    schedule or a start read) and the phase lengths (`phase_lengths`)."""
     return _summary(_load(out))
 
 
@@ -392,9 +412,10 @@ def markdown_table(out: Path) -> str:
     eval accuracy of the read of highest validation accuracy, that validation accuracy and the
     training rollouts spent before it), training rollouts used (ledger weight_sample +
     harness_score rows, including any spent after the last read), where the schedule first
-    reaches stagewise's final eval accuracy (fraction of stagewise's training rollouts, and the
-    rollouts; "never"), and the phase lengths: median / max (phases counted). "-" where there
-    is nothing to show."""
+    passes stagewise's final eval accuracy after some training (fraction of stagewise's training
+    rollouts, and the rollouts; "never"; "base >= it" added where the start read already was at
+    or above it), and the phase lengths: median / max (phases counted). "-" where there is
+    nothing to show."""
 
     def fmt(v: Any) -> str:
         return "-" if v is None else f"{v:.3f}" if isinstance(v, float) else str(v)
@@ -404,7 +425,7 @@ def markdown_table(out: Path) -> str:
 
     lines = [
         "| schedule | base eval acc | final eval acc | eval acc at best val | best val acc "
-        "| rollouts at best | training rollouts | reaches stagewise final at "
+        "| rollouts at best | training rollouts | passes stagewise final at "
         "| weight phase epochs med / max (n) | harness phase iters med / max (n) |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -415,6 +436,8 @@ def markdown_table(out: Path) -> str:
             cross = "never"
         else:
             cross = f"{fmt(r['crossing_fraction'])} ({r['crossing_rollouts']})"
+        if r["base_at_or_above_stagewise_final"]:
+            cross += "; base >= it"
         cells = [r["schedule"], *(fmt(r[k]) for k in ("base", "final", "best",
                  "best_validation")), fmt(r["rollouts_at_best"]), fmt(r["training_rollouts"]),
                  cross, span(r["weight_epochs_median"], r["weight_epochs_max"],

@@ -145,9 +145,12 @@ def revise(
         q_fb = rng.sample(list(feedback_pool), min(cfg.feedback, len(feedback_pool)))
         if max_rollouts is not None:
             # A hard cap: a round starts only if its most expensive outcome fits (the parent's
-            # feedback and scoring not yet in the ledger, and G candidates scored in full).
+            # feedback and scoring not yet in the ledger, G candidates scored in full, and
+            # Select's noise check: parent and kept candidate rescored k times, 2·k·|Q_score|).
+            noise = 2 * cfg.noise_k * len(score_set) if cfg.noise_k >= 2 else 0
             worst = (store.unused(h, [q.id for q in q_fb])
-                     + store.unused(h, [q.id for q in score_set]) + cfg.g * len(score_set))
+                     + store.unused(h, [q.id for q in score_set]) + cfg.g * len(score_set)
+                     + noise)
             if store.used + worst > max_rollouts:
                 say(f"round {t}: not started: it may cost {worst} rollouts, "
                     f"{max(0, max_rollouts - store.used)} of the budget left")

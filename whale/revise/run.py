@@ -151,6 +151,7 @@ def run_adapt(
                 "seed harness": cfg.harness,
                 "solver": cfg.solver.name,
                 "proposer": cfg.proposer.name,
+                "proposer prompt": template_label(cfg.propose.template),
                 "rounds": cfg.rounds,
                 "G": cfg.g,
                 "select": cfg.select,
@@ -329,6 +330,15 @@ def open_run(cfg: AdaptConfig, run_dir: Path, source: str) -> str:
     write_atomic(run_dir / "seed.json", json.dumps({"harness": cfg.harness, "hash": h}))
     write_atomic(run_dir / "config.toml", tomli_w.dumps(cfgmod.to_dict(cfg)))
     return h
+
+
+def template_label(name: str) -> str:
+    """How a run's summary names its proposer prompt: the hinted one says it is a prior."""
+    if name == "default":
+        return "default (the paper's x_t: task, harness, report; no hint)"
+    if name == "hinted":
+        return "hinted (a human prior: a hint and a worked fix, not the paper's x_t)"
+    return f"{name} (a template of your own)"
 
 
 def outcome_fingerprint(task: TaskConfig, solver: ModelConfig, runtime: RuntimeConfig) -> str:

@@ -145,7 +145,10 @@ def run_search(
             final_eval = store.evaluate(runtime, accepted, task_obj, q_eval, "eval", cfg.workers)
             meta = {
                 "task": cfg.task.id, "seed harness": cfg.harness, "solver": cfg.solver.name,
-                "proposer": cfg.proposer.name, "iterations run": len(result.iterations),
+                "proposer": cfg.proposer.name,
+                "agent's submit example": ("hinted (a human prior: a worked edit)"
+                                           if cfg.agent.example == "hinted" else "placeholders"),
+                "iterations run": len(result.iterations),
                 "M": cfg.m, "stopped": result.stopped, "search split": cfg.dev,
                 "eval": cfg.eval, "archived": len(archive),
                 "rollouts (ledger)": store.rollouts,

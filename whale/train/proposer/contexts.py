@@ -18,8 +18,10 @@ held-out prompt shown only in part (cut by the report's clipping).
 Generator twins (`TWINS`): two families whose questions come from one generator (gcd and lcm
 draw the same integer pairs) are one skill, so a family split that puts them in different
 lists would evaluate on a family trained under another name; `FamilySplits.validate` refuses
-it, naming the pair. `Decoding` is how every proposer sample of GRPO and of `evaluate` is
-decoded (the edit grammar on or off), one setting for both.
+it, naming the pair. Twinship is taken transitively (`twin_groups`): products and
+decimal_chain_sum are both chain_sum's twins, so they are one skill too. `Decoding` is how
+every proposer sample of GRPO and of `evaluate` is decoded (the edit grammar on or off), one
+setting for both.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from whale.config import ConfigError, at_least, one_of
 from whale.harness import Runtime, load_harness
 from whale.records import RecordError, read_json, write_atomic
 from whale.revise.grammar import edit_grammar
-from whale.revise.proposer import ProposerConfig, load_template, render, task_tools
+from whale.revise.proposer import TEMPLATES, ProposerConfig, load_template, render, task_tools
 from whale.revise.report import ReportConfig, build_report
 from whale.revise.run import outcome_fingerprint
 from whale.revise.store import OutcomeStore
@@ -78,6 +80,17 @@ TWINS: tuple[tuple[str, str], ...] = (
 )
 
 
+def twin_groups(pairs: Sequence[tuple[str, str]] = TWINS) -> list[frozenset[str]]:
+    """The transitive closure of `pairs`: families joined by any chain of twin pairs are one
+    group (products ~ chain_sum ~ decimal_chain_sum), since one generator makes them all."""
+    groups: list[set[str]] = []
+    for a, b in pairs:
+        joined = [g for g in groups if a in g or b in g]
+        merged = {a, b}.union(*joined)
+        groups = [g for g in groups if g not in joined] + [merged]
+    return [frozenset(g) for g in groups]
+
+
 class FamilyOverlap(ValueError):
     """A family named in two of the SFT / RL / eval lists."""
 
@@ -105,13 +118,17 @@ class FamilySplits:
                         "families must be disjoint lists (the eval families are unseen)"
                     )
                 seen[fam] = name
-        for a, b in TWINS:
-            if a in seen and b in seen and seen[a] != seen[b]:
-                raise ConfigError(
-                    f"{seen[a]}/{seen[b]}: {a} and {b} are generator twins (one generator "
-                    "makes both: whale.train.proposer.contexts.TWINS); put them in one list "
-                    "or use one of them"
-                )
+        for group in twin_groups():
+            present = sorted(f for f in group if f in seen)
+            for i, a in enumerate(present):
+                for b in present[i + 1 :]:
+                    if seen[a] != seen[b]:
+                        raise ConfigError(
+                            f"{seen[a]}/{seen[b]}: {a} and {b} are generator twins (one "
+                            "generator makes both; whale.train.proposer.contexts.TWINS, taken "
+                            f"transitively: {', '.join(sorted(group))}); put them in one list "
+                            "or use one of them"
+                        )
 
     def all(self) -> list[str]:
         return [*self.sft, *self.rl, *self.eval]
@@ -125,7 +142,10 @@ class ContextSettings:
     feedback: int = 8  # |Q_fb| of one context, drawn from the feedback pool
     contexts: int = 4  # contexts per family and seed harness (independent Q_fb draws)
     seeds: list[str] = field(default_factory=lambda: ["single_call"])
-    template: str = "proposer.txt"
+    # The x_t template of the whole run: every context (teacher, GRPO, the multistep advance,
+    # evaluate's contexts) and evaluate's ratchet rounds. "default" (the paper's x_t, no hint),
+    # "hinted" (a human prior), or a path (whale.revise.proposer.load_template).
+    template: str = "default"
     report: ReportConfig = field(default_factory=ReportConfig)
     task_seed: int = 0  # each family's question generator
     # every family's questions: "canonical" or "format" (reworded; whale.tasks.variants)
@@ -142,6 +162,13 @@ class ContextSettings:
         if not self.seeds:
             raise ValueError("seeds: name at least one seed harness")
         one_of(self, "variant", VARIANTS)
+        try:
+            load_template(self.template)
+        except (OSError, ValueError) as e:
+            raise ConfigError(
+                f"template: {self.template!r} is neither a name of "
+                f"{', '.join(TEMPLATES)} nor a readable file ({e})"
+            ) from None
 
 
 GRAMMARS = ("off", "on")
@@ -172,6 +199,15 @@ class Decoding:
         return dataclasses.replace(cfg, grammar=self.grammar, grammar_blocks=self.grammar_blocks)
 
 
+# What `RevisionContext.parent_score` measures. Records written before the one-verifier change
+# held the mean partial score under the same name; they carry no marker and are refused.
+PARENT_MEASURE = "accuracy"
+
+
+class OldContextRecord(RecordError):
+    """A stored context whose parent score is not marked as an accuracy."""
+
+
 @dataclass(frozen=True)
 class RevisionContext:
     id: str  # "<family>/<parent hash>/<draw>"
@@ -184,9 +220,22 @@ class RevisionContext:
     prompt: str  # the proposer's user message
     parent_score: float  # J(parent; scoring questions): its accuracy (the binary verifier)
     step: int = 0  # multistep: how many times this parent was advanced
+    parent_measure: str = PARENT_MEASURE  # what parent_score is: written with every record
 
     @staticmethod
     def from_dict(row: dict[str, Any], where: str) -> RevisionContext:
+        """The context `row` stores. OldContextRecord when the row does not say its parent
+        score is an accuracy: the teacher filter and the advance compare it with accuracies."""
+        if not isinstance(row, dict):
+            raise RecordError(f"{where}: not a revision context (not a table)")
+        if row.get("parent_measure") != PARENT_MEASURE:
+            raise OldContextRecord(
+                f"{where}: this stored context has no parent_measure = {PARENT_MEASURE!r} "
+                f"(it has {row.get('parent_measure')!r}): its run predates the one-verifier "
+                "change, when parent_score was the mean partial score, and the teacher filter "
+                "and the multistep advance would compare it with accuracies; start a new run "
+                "directory"
+            )
         try:
             row = dict(row)
             row["feedback_ids"] = tuple(row["feedback_ids"])

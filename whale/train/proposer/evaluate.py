@@ -22,9 +22,11 @@ contexts × g proposals:
   protocol);
 - `ratchet`: the held-out score of the harness the ratchet kept after `rounds` rounds, and
   `ratchet_rounds` that score after every round, round 0 being the seed (the paper's Figure 4);
-plus the seed's own held-out score. Paired differences (subject minus each other proposer) per
+plus the seed's own held-out score. Every held-out score is an accuracy (the task's binary
+verifier), never the mean partial score. Paired differences (subject minus each other proposer) per
 family, their mean over families and the standard error of that mean (sample SD / sqrt(n);
-none with one family). The decoding is recorded with the readings.
+none with one family). The decoding and the x_t template are recorded with the readings: one
+template, `contexts.template`, renders the contexts and every ratchet round's prompt.
 
 Nothing here chooses anything: the held-out split is read after every harness is fixed. A
 killed run, rerun, answers from its records: stored proposals, the ratchet's round folders, the
@@ -33,6 +35,7 @@ family ledgers and the held-out split's read record (the same harnesses, so the 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Callable, Mapping, Sequence
@@ -288,6 +291,8 @@ def evaluate_proposers(models: Mapping[str, Callable[[], ChatModel]], families: 
     from whale.models import close_model
 
     decoding = decoding or Decoding()
+    # the ratchet's round prompts (Proposer.prompt) use the contexts' template, not pcfg's
+    pcfg = dataclasses.replace(pcfg, template=cs.template)
     contexts = {f.id: eval_contexts(f, runtime, cs, es, workers) for f in families}
     plans: dict[str, dict[str, _Plan]] = {f.id: {} for f in families}
     for name, make in models.items():
@@ -308,15 +313,23 @@ def evaluate_proposers(models: Mapping[str, Callable[[], ChatModel]], families: 
     subject = [r for r in readings if r.proposer == names[0]]
     pairs = {other: [paired(subject, [r for r in readings if r.proposer == other], rd)
                      for rd in READINGS] for other in names[1:]}  # fmt: skip
-    rows = [{**r.row(), "decoding": asdict(decoding)} for r in readings]
+    template = template_record(cs.template)
+    rows = [{**r.row(), "decoding": asdict(decoding), "template": template} for r in readings]
     write_atomic(out / "readings.json", json.dumps(rows, indent=1))
     setup = {"decoding": asdict(decoding), "contexts": es.contexts, "g": es.g,
              "rounds": es.rounds, "temperature": pcfg.temperature, "max_tokens": pcfg.max_tokens,
-             "template": cs.template}  # fmt: skip
+             "template": template}  # fmt: skip
     summary = {"subject": names[0], "setup": setup, "readings": rows, "paired": pairs,
                "table": markdown(readings, pairs, names, decoding)}  # fmt: skip
     write_atomic(out / "summary.json", json.dumps(summary, indent=1, default=str))
     return summary
+
+
+def template_record(name: str) -> dict[str, str]:
+    """The x_t template as run: its name (or path) and the digest of its text (a file behind
+    a path may change later)."""
+    text = load_template(name)
+    return {"name": name, "sha256": hashlib.sha256(text.encode()).hexdigest()[:16]}
 
 
 def markdown(readings: Sequence[FamilyReading], pairs: Mapping[str, list[dict[str, Any]]],

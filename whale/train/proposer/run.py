@@ -11,7 +11,14 @@
 
 `decoding` (contexts.Decoding: the edit grammar "off", the default, or "on") is how GRPO samples
 and how evaluate's proposers decode: one setting, fixed once the run has started, recorded with
-the readings. The family lists refuse generator twins split across them (contexts.TWINS).
+the readings. The family lists refuse generator twins split across them (contexts.TWINS, taken
+transitively), and every family must offer `contexts.variant` (checked before anything runs).
+
+One x_t template for the whole run: `contexts.template` renders every context (teacher, GRPO,
+the multistep advance, evaluate's contexts) and evaluate's ratchet rounds. train-proposer does
+not read `propose.template`: left at "default" it is ignored, set to the contexts' template it
+agrees, and set to another one it is refused before anything runs (it would have meant a
+ratchet prompted otherwise than the contexts).
 
 Layout of the run directory: `config.toml`; `rollouts/<family>/` (one ledger per family,
 shared by every stage: nothing is paid twice); `contexts/{sft,rl_1,rl_2,...}.json`;
@@ -30,7 +37,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +51,7 @@ from whale.records import RecordError, record_dir, write_atomic
 from whale.revise.code_screens import ReviewerScreen
 from whale.revise.proposer import Proposer, ProposerConfig, load_template
 from whale.revise.run import changed_fields
+from whale.tasks import refusal
 from whale.train.proposer.contexts import (
     ContextSettings,
     Decoding,
@@ -80,6 +88,9 @@ RESUMABLE = {"workers", "tracking", "out", "runtime.warm", "evaluate.only",
              } | EXECUTOR_RESUMABLE  # fmt: skip
 
 
+_PROPOSE_TEMPLATE_DEFAULT = ProposerConfig().template  # "default": left as it is, ignored
+
+
 def _default_families() -> FamilySplits:
     # rg:products, not rg:gcd: gcd is lcm's generator twin (contexts.TWINS), so gcd in SFT
     # would make lcm a seen family. products is chain_sum's twin, in the same list.
@@ -100,9 +111,11 @@ class ProposerTrainConfig:
     # its transformers checkpoint (default: made once from the GGUF).
     proposer: str = "qwen-coder-0.5b"
     checkpoint: str | None = None
-    # The x_t template, temperature and length of every proposer's samples. Its `grammar` is
-    # the teacher's only: teacher edits are filtered on execution, so a grammar there raises
-    # the yield of SFT data and is part of no reading.
+    # The temperature and length of every proposer's samples. Its `template` is not read:
+    # contexts.template is the run's one x_t template (another value here is refused; the
+    # default "default" is ignored). Its `grammar` is the teacher's only: teacher edits are
+    # filtered on execution, so a grammar there raises the yield of SFT data and is part of no
+    # reading.
     propose: ProposerConfig = field(default_factory=ProposerConfig)
     # How the trained proposer's samples are decoded, in GRPO and in evaluate alike (one
     # setting, fixed once the run has started, recorded with evaluate's readings).
@@ -136,12 +149,31 @@ class ProposerTrainConfig:
                 "vLLM server take no GBNF grammar); use grpo.generation = 'embedded' (llama.cpp) "
                 "or decoding.grammar = 'off'"
             )
+        self._check_template()
+        for where in ("sft", "rl", "eval"):
+            for fam in getattr(self.families, where):
+                why = refusal(fam, self.contexts.variant)
+                if why is not None:  # before the SFT contexts are paid, not at the eval stage
+                    raise cfgmod.ConfigError(f"contexts.{why} (families.{where})")
         c, n = self.contexts, self.evaluate.contexts
         if possible_draws(c.dev - c.score, c.feedback) < n:
             raise cfgmod.ConfigError(
                 f"evaluate.contexts = {n}: a feedback pool of {c.dev - c.score} questions "
                 f"(contexts.dev - contexts.score) has fewer than {n} different draws of "
                 f"contexts.feedback = {c.feedback}"
+            )
+
+    def _check_template(self) -> None:
+        """propose.template is not read here: refused unless left at its default or naming the
+        run's template (contexts.template) by its text ("proposer.txt" is "default")."""
+        ct, pt = self.contexts.template, self.propose.template
+        if pt != _PROPOSE_TEMPLATE_DEFAULT and load_template(ct) != load_template(pt):
+            raise cfgmod.ConfigError(
+                f"propose.template = {pt!r} differs from contexts.template = {ct!r}: "
+                "train-proposer renders every prompt of the run (contexts, teacher, GRPO, "
+                "evaluate and its ratchet) with contexts.template and does not read "
+                "propose.template; set contexts.template (or `whale train-proposer sft "
+                "--template NAME`)"
             )
 
 
@@ -255,7 +287,7 @@ def run_sft(cfg: ProposerTrainConfig, run_dir: Path,
             teacher_model = build_model(cfg.teacher)
             try:
                 summary = teacher_data(contexts, fams, s.runtime,
-                                       Proposer(teacher_model, cfg.propose), cfg.filter,
+                                       Proposer(teacher_model, _propose(cfg)), cfg.filter,
                                        teacher_dir, echo, s.held_out(), cfg.workers, reviewer,
                                        say)  # fmt: skip
             finally:
@@ -290,6 +322,12 @@ def run_sft(cfg: ProposerTrainConfig, run_dir: Path,
         return out
     finally:
         s.close()
+
+
+def _propose(cfg: ProposerTrainConfig) -> ProposerConfig:
+    """cfg.propose with the run's one x_t template, contexts.template (validate has refused a
+    propose.template that names another)."""
+    return replace(cfg.propose, template=cfg.contexts.template)
 
 
 def _baseline(cfg: ProposerTrainConfig) -> str:
@@ -433,7 +471,7 @@ def run_evaluate(cfg: ProposerTrainConfig, run_dir: Path,
         fams = [s.family(f) for f in cfg.families.eval if not es.only or f in es.only]
         if not fams:
             raise RecordError("evaluate: no eval families (families.eval is empty)")
-        return evaluate_proposers(models, fams, s.runtime, cfg.contexts, cfg.propose, es,
+        return evaluate_proposers(models, fams, s.runtime, cfg.contexts, _propose(cfg), es,
                                   cfg.workers, run_dir / "evaluate", say,
                                   decoding=cfg.decoding)  # fmt: skip
     finally:
