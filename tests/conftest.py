@@ -1,4 +1,5 @@
 import os
+import signal
 
 import pytest
 
@@ -15,6 +16,14 @@ def require_model(name: str):
             f"model {name} is not installed: run `whale models install {name}` (make install)"
         )
     return model_path(name)
+
+
+# A suite started in the background by a non-interactive shell (`make test &`, `nohup ... &`)
+# inherits SIGINT ignored, and so does every interpreter it starts: the Ctrl-C tests
+# (tests/test_interrupt.py, the launcher's and the Ray executor's) would then see no
+# KeyboardInterrupt. The suite tests what Ctrl-C does, so it starts from Python's default.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
