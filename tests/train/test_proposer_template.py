@@ -10,34 +10,17 @@ import pytest
 
 from tests.fakes import ScriptedModel
 from tests.revise.conftest import GOOD_EDIT, SEED, SumTask, prose_solver
+from tests.train.test_proposer_pipeline import OffsetSum
 from whale import config as cfgmod
 from whale.harness import Runtime
 from whale.revise.edits import apply_edits
 from whale.revise.proposer import ProposerConfig
-from whale.tasks import Grade, Question
 from whale.train.proposer import run as runmod
 from whale.train.proposer.contexts import ContextSettings, family_dir, family_of
 from whale.train.proposer.evaluate import EvaluateSettings, evaluate_proposers
 
 HINT = "arithmetic slips"  # in the hinted template only
 PLAIN = "with placeholders in capitals"  # in the default template only
-
-
-class OffsetSum:
-    """'What is a + b?' with a family's own numbers."""
-
-    description = "Add two integers. Answer with the number only."
-
-    def __init__(self, base: int) -> None:
-        self._qs = [Question(id=f"s{base}-{i}", prompt=f"What is {base + i} + {2 * i + 1}?",
-                             reference=base + 3 * i + 1) for i in range(30)]  # fmt: skip
-
-    def questions(self):
-        return list(self._qs)
-
-    def grade(self, q, answer):
-        ok = answer.strip() == str(q.reference)
-        return Grade(1.0 if ok else 0.0, ok)
 
 
 BASES = {"test:a": 1000, "test:c": 3000, "test:d": 4000}
