@@ -71,12 +71,12 @@ chromium:
 
 # The main job: Harness Learning's loop on the embedded models, then the before/after table.
 # It names the hinted proposer prompt, a human prior: with the paper's x_t prompt (the default
-# of every command) the embedded 1.5B proposer kept no edit on this family (README, whale adapt).
+# of every command) the embedded 1.5B proposer kept no edit on this family (docs/commands/adapt.md).
 # DEMO_PROMPT=default runs the paper's protocol instead.
 DEMO_PROMPT ?= hinted
 demo: install
 	@echo "demo: propose.template=$(DEMO_PROMPT)"
-	@if [ "$(DEMO_PROMPT)" = hinted ]; then echo "demo: the hinted prompt is a human prior (a hint and a worked fix), not the paper's x_t; with the x_t default the 1.5B kept no edit on this family (README, whale adapt); DEMO_PROMPT=default runs the paper's protocol"; fi
+	@if [ "$(DEMO_PROMPT)" = hinted ]; then echo "demo: the hinted prompt is a human prior (a hint and a worked fix), not the paper's x_t; with the x_t default the 1.5B kept no edit on this family (docs/commands/adapt.md); DEMO_PROMPT=default runs the paper's protocol"; fi
 	$(VENV)/bin/whale adapt --task rg:basic_arithmetic --harness single_call \
 		--solver qwen-coder-0.5b --proposer qwen-coder-1.5b --rounds 3 --g 4 --select ratchet \
 		--dev 25 --eval 75 --feedback 8 --set propose.template=$(DEMO_PROMPT) --out $(DEMO_OUT)

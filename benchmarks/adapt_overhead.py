@@ -20,10 +20,10 @@ from pathlib import Path
 
 from whale.harness import Runtime, load_harness
 from whale.models.base import Completion
-from whale.revise import store as store_module
 from whale.revise.loop import LoopSettings, adapt
 from whale.revise.proposer import Proposer
-from whale.revise.store import OutcomeStore
+from whale.runs import OutcomeStore
+from whale.runs import ledger as store_module
 from whale.tasks import SealedSplit, load_task
 
 COUNTER = itertools.count()

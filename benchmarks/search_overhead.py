@@ -22,8 +22,8 @@ from pathlib import Path
 from benchmarks.adapt_overhead import InstantSolver, RolloutClock
 from whale.harness import Runtime, harness_hash, load_harness
 from whale.models.base import Completion
-from whale.revise import store as store_module
-from whale.revise.store import OutcomeStore
+from whale.runs import OutcomeStore
+from whale.runs import ledger as store_module
 from whale.search import Archive, ArchiveTools, CandidateMeta
 from whale.search.agent import ProposerAgent
 from whale.search.loop import SearchSettings, search

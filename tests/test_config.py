@@ -81,7 +81,7 @@ def test_an_infinite_budget_is_refused():
 
 
 def test_a_literal_field_takes_only_its_values():
-    assert "runtime.sandbox: expected one of 'auto', 'nsjail', 'bwrap', 'unsafe'" in error_of(
+    assert "runtime.sandbox: 'foo' is not one of 'auto', 'nsjail', 'bwrap', 'unsafe'" in error_of(
         EvalConfig, "runtime.sandbox=foo"
     )
 

@@ -18,9 +18,9 @@ from whale.records import read_jsonl
 from whale.revise.loop import LoopSettings
 from whale.revise.operator import ReviseOperator
 from whale.revise.proposer import Proposer, ProposerConfig
-from whale.revise.store import OutcomeStore
+from whale.runs import OutcomeStore
 from whale.schedule import Cotrain, Reads, ScheduleSettings, phases
-from whale.tasks import Grade, Question
+from whale.tasks import Grade, Question, TaskBase
 from whale.train.rsft import RsftSettings, Solver, WeightPhase, trainer_factory
 from whale.train.sft import LoraSettings, SFTSettings
 
@@ -57,7 +57,7 @@ def test_unknown_schedule_is_refused():
 # --- a real run on the tiny model ---------------------------------------------------------------
 
 
-class EvenTask:
+class EvenTask(TaskBase):
     """The verifier accepts answers of even length: the tiny random model is right about half
     the time, so S+ is never empty and the reward moves when the weights do."""
 

@@ -22,7 +22,8 @@ from whale.harness.executor import ExecutorUnavailable
 from whale.models import CATALOG, ModelConfig, ModelError, UnknownModel, build_model, close_model
 from whale.records import RecordError
 from whale.revise.loop import summary_markdown
-from whale.revise.run import AdaptConfig, ResumeMismatch, adapt_json, run_adapt, split_pools
+from whale.revise.run import AdaptConfig, adapt_json, run_adapt, split_pools
+from whale.runs import ResumeMismatch, RunDirError, RunDirInUse, rundir
 from whale.tasks import EvalAlreadyRead, SplitOverlap, UnknownTask, load_task, task_ids
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help=__doc__)
@@ -94,15 +95,11 @@ def mirror_run(kind: str, run_dir: Path) -> None:
 
 def check_out(out: str | None) -> None:
     """Exit 2 when --out (or `out`) cannot become a run directory: it, or the nearest of its
-    parents that exists, is not a directory."""
-    if out is None:
-        return
-    path = Path(out)
-    for p in (path, *path.parents):
-        if p.exists():
-            if not p.is_dir():
-                fail(f"--out {out}: {p} exists and is not a directory")
-            return
+    parents that exists, is not a directory (`whale.runs.check_out`)."""
+    try:
+        rundir.check_out(out)
+    except RunDirError as e:
+        fail(str(e))
 
 
 def _nest(flags: dict[str, Any]) -> dict[str, Any]:
@@ -119,57 +116,23 @@ def _nest(flags: dict[str, Any]) -> dict[str, Any]:
 
 
 def new_run_dir(out_dir: str | None, kind: str, label: str) -> Path:
-    """A new run directory, locked for this command's life (`hold_run_dir`). `--out`: made if
-    absent, refused unless empty. Default: runs/KIND-LABEL-STAMP, made by an atomic mkdir;
-    when two commands start in the same second the later one takes a -2, -3, ... suffix."""
-    import os
-
-    from whale.records import LOCK_NAME
-
-    if out_dir is None:
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        base = Path("runs") / f"{kind}-{label.replace(':', '_').replace('/', '_')}-{stamp}"
-        try:
-            base.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            fail(f"cannot create {base.parent}: {e.strerror or e}")
-        for n in range(1, 1000):
-            path = base if n == 1 else base.with_name(f"{base.name}-{n}")
-            try:
-                os.mkdir(path)  # no exist_ok: of two commands, one makes it, one moves on
-            except FileExistsError:
-                continue
-            except OSError as e:
-                fail(f"cannot create run directory {path}: {e.strerror or e}")
-            hold_run_dir(path)
-            return path
-        fail(f"cannot create a run directory {base}: 999 of that name exist")
-        return base  # not reached: fail() exits
-    path = Path(out_dir)
-    if path.exists() and not path.is_dir():
-        fail(f"--out {path}: exists and is not a directory")
+    """A new run directory, locked for this command's life (`whale.runs.new_run_dir`), or exit
+    2 naming why not."""
     try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        fail(f"--out {path}: cannot create it ({e.strerror or e})")
-    lock = hold_run_dir(path)  # before the emptiness check: no other command fills it now
-    if any(p.name != LOCK_NAME for p in path.iterdir()):
-        lock.release()
-        fail(f"run directory {path} is not empty (choose a new --out)")
+        path, lock = rundir.new_run_dir(out_dir, kind, label)
+    except (RunDirError, RunDirInUse) as e:
+        fail(str(e))
+    _run_dir_locks.append(lock)
     return path
 
 
 def hold_run_dir(path: Path) -> Any:
     """Lock run directory `path` until this command ends (the click context closes), or exit 2
-    when another whale process holds it."""
-    from whale.records import RunDirInUse, RunLock
-
+    when another whale process holds it (`whale.runs.hold_run_dir`)."""
     try:
-        lock = RunLock(path)
-    except RunDirInUse as e:
+        lock = rundir.hold_run_dir(path)
+    except (RunDirError, RunDirInUse) as e:
         fail(str(e))
-    except OSError as e:
-        fail(f"{path}: cannot lock it ({e.strerror or e})")
     _run_dir_locks.append(lock)
     return lock
 
@@ -612,21 +575,21 @@ def resume_config(
 ) -> AdaptConfig:  # fmt: skip
     """The config of `adapt --resume`: the saved config.toml with --rounds, --workers and the
     `--set` overrides over it; exit 2 for any other flag, or for an override of a field that
-    defines the experiment (see `whale.revise.run.check_resume`)."""
-    from whale.revise.run import RESUMABLE, ResumeMismatch, check_resume, load_run_config
+    defines the experiment (see `whale.runs.resume`)."""
+    from whale.runs import load_run_config, refuse_changes, resumable
 
     given = [name for name, value in flags.items() if value is not None]
     if given:
         fail(
             f"--resume {run_dir}: {', '.join(given)} cannot be given with --resume (the run's "
             "config.toml fixes the experiment); --rounds, --workers and --set of "
-            f"{', '.join(sorted(RESUMABLE))} may"
+            f"{', '.join(sorted(resumable(AdaptConfig)))} may"
         )
     if not run_dir.is_dir():
         fail(f"--resume {run_dir}: not a directory")
     hold_run_dir(run_dir)
     try:
-        saved = load_run_config(run_dir)
+        saved = load_run_config(run_dir, AdaptConfig, command="whale adapt")
     except RecordError as e:
         fail(str(e))
     tree = cfgmod.to_dict(saved)
@@ -636,7 +599,7 @@ def resume_config(
     except cfgmod.ConfigError as e:
         fail(str(e))
     try:
-        check_resume(saved, cfg, run_dir)
+        refuse_changes(saved, cfg, run_dir)
     except ResumeMismatch as e:
         fail(str(e))
     return cfg

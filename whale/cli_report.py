@@ -28,8 +28,10 @@ def report_cmd(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
-    """Write one HTML file (no server, no network) of a run: lineage, diffs, curves, metrics,
-    proposer format compliance, audit and split reads."""
+    """Write one HTML file (no server, no network) of a run: the result first (held-out
+    accuracy before and after, as k/n with a 95% interval; the kept edits; the curve), then
+    lineage, diffs, curves, metrics, proposer format compliance, audit and split reads; the
+    raw config and summary.json last."""
     from whale.analysis.report import build_report
     from whale.analysis.report_data import has_run_records
 

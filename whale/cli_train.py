@@ -272,7 +272,7 @@ def rsft_cmd(
              "schedules": ["weight-only"], "cycles": 1,
              "weight_patience": True if patience else None,
              "weight_epochs": epochs if epochs is not None or config else 1.0,
-             "rollouts": rollouts if rollouts is not None else 10**9, "rsft.g": g,
+             "rollouts": rollouts if rollouts is not None else cfgmod.NONE, "rsft.g": g,
              "train": train, "search": 1, "eval": n_eval, "serving": serving,
              "workers": workers, "seed": seed, "out": out_dir}  # fmt: skip
     cfg = load_config(CotrainConfig, config, set_, flags)

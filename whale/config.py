@@ -3,31 +3,61 @@
 
 Every config is checked once, here, when it is built: each value against its field's type hint
 (int, float (an int is accepted), bool, str, `X | None`, Literal, list/tuple/dict, nested
-dataclass), then each dataclass's own `validate()` (ranges: positive counts, budgets, known
-choices). Errors name the dotted field. A bool is not an int; NaN and infinite floats are
-refused everywhere (no config field means "no limit" by inf). Not covered: hints other than
-the ones above (e.g. Callable) are accepted unchecked.
+dataclass), then each dataclass's own `validate()` (ranges: positive counts, budgets). Errors
+name the dotted field. A bool is not an int; NaN and infinite floats are refused everywhere.
+
+A choice is a `Literal[...]` field: the type is the one list of its choices, checked on load
+and again by `check_choices` (which a `validate()` calls, so a config built in Python is held
+to the same choices), in one wording: `select: 'greedy' is not one of 'ratchet', 'best-of-g'`.
+"No limit" is None, never a huge number or inf: a cap is `int | None`. TOML has no null, so
+where a field's default is not None, a None is saved (and may be given, `--set rollouts=none`)
+as the word `none` (`NONE`); where the default is None the key is simply left out.
+Not covered: hints other than the ones above (e.g. Callable) are accepted unchecked.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import math
 import tomllib
 import types
 import typing
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import tomli_w
 
+from whale.errors import WhaleError
+
 T = TypeVar("T")
+# Where a field's default is not None, None is written (and given) as this word: TOML has no
+# null. A field whose type also takes a string reads it as the string.
+NONE = "none"
+# The `tracking` field every command's config has (whale.analysis.tracking mirrors a finished
+# run into the tracker named): defined here, below every command, so each config can use it.
+TrackerKind = Literal["none", "mlflow", "wandb"]
 
 
-class ConfigError(ValueError):
-    pass
+class ConfigError(WhaleError, ValueError):
+    """A config that cannot be run: a bad key, type or value; `field` names it (dotted)."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        if field is not None:
+            self.field = field
+
+
+class FieldError(ValueError):
+    """What a config's `validate()` raises for one field's value: the message starts with the
+    field's dotted name, and `field` holds it (`build` makes it a ConfigError naming the field
+    from the top of the config)."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field, self.reason = field, reason
 
 
 def parse_value(text: str) -> Any:
@@ -67,7 +97,8 @@ def build(cls: type[T], tree: dict[str, Any], where: str = "", base: Any = None)
         kwargs = {name: getattr(base, name) for name in fields}
     for key, value in tree.items():
         if key not in fields:
-            raise ConfigError(f"unknown config key {where}{key!r}; known: {sorted(fields)}")
+            raise ConfigError(f"unknown config key {where}{key!r}; known: {sorted(fields)}",
+                              f"{where}{key}")  # fmt: skip
         hint = hints[key]
         sub = _dataclass_of(hint)
         if sub is not None and isinstance(value, dict):
@@ -85,7 +116,8 @@ def build(cls: type[T], tree: dict[str, Any], where: str = "", base: Any = None)
         try:
             validate()
         except ValueError as e:
-            raise ConfigError(f"{where}{e}") from None
+            field = f"{where}{e.field}" if isinstance(e, FieldError) else where.rstrip(".") or None
+            raise ConfigError(f"{where}{e}", field) from None
     return obj
 
 
@@ -117,12 +149,16 @@ def check_type(hint: Any, value: Any, name: str) -> Any:
     ok, converted = _fits(hint, value)
     if ok:
         return converted
+    if value == NONE and _accepts(hint, type(None)):
+        return None
+    if typing.get_origin(hint) is typing.Literal:
+        raise ConfigError(_not_one_of(name, value, typing.get_args(hint)), name)
     if isinstance(value, float) and not math.isfinite(value) and _accepts_float(hint):
-        raise ConfigError(f"{name}: expected a finite number, got {value!r}")
+        raise ConfigError(f"{name}: expected a finite number, got {value!r}", name)
     message = f"{name}: expected {_describe(hint)}, got {_show(value)}"
     if _accepts(hint, str) and not isinstance(value, str | dict | list):
         message += f" (to pass it as a string, quote it: {name}='...')"
-    raise ConfigError(message)
+    raise ConfigError(message, name)
 
 
 def _fits(hint: Any, value: Any) -> tuple[bool, Any]:
@@ -188,6 +224,17 @@ def _accepts(hint: Any, t: type) -> bool:
     return _is_union(hint) and any(_accepts(a, t) for a in typing.get_args(hint))
 
 
+def _has_literal(hint: Any) -> bool:
+    """Whether `hint` is a Literal or holds one (`Literal[...] | None`, `list[Literal[...]]`)."""
+    if typing.get_origin(hint) is typing.Literal:
+        return True
+    return any(_has_literal(a) for a in typing.get_args(hint))
+
+
+def _not_one_of(name: str, value: Any, choices: typing.Iterable[Any]) -> str:
+    return f"{name}: {value!r} is not one of {', '.join(map(repr, choices))}"
+
+
 def _accepts_float(hint: Any) -> bool:
     return _accepts(hint, float)
 
@@ -231,7 +278,7 @@ def at_least(obj: Any, minimum: float, *names: str) -> None:
     for name in names:
         value = getattr(obj, name)
         if value is not None and value < minimum:
-            raise ValueError(f"{name}: must be at least {minimum} (got {value!r})")
+            raise FieldError(name, f"must be at least {minimum} (got {value!r})")
 
 
 def at_most(obj: Any, maximum: float, *names: str) -> None:
@@ -239,7 +286,7 @@ def at_most(obj: Any, maximum: float, *names: str) -> None:
     for name in names:
         value = getattr(obj, name)
         if value is not None and value > maximum:
-            raise ValueError(f"{name}: must be at most {maximum} (got {value!r})")
+            raise FieldError(name, f"must be at most {maximum} (got {value!r})")
 
 
 def above(obj: Any, minimum: float, *names: str) -> None:
@@ -247,7 +294,7 @@ def above(obj: Any, minimum: float, *names: str) -> None:
     for name in names:
         value = getattr(obj, name)
         if value is not None and not value > minimum:
-            raise ValueError(f"{name}: must be greater than {minimum} (got {value!r})")
+            raise FieldError(name, f"must be greater than {minimum} (got {value!r})")
 
 
 @contextlib.contextmanager
@@ -255,14 +302,30 @@ def part(name: str) -> Iterator[None]:
     """Prefix a ValueError raised inside with `name.`: checks of a nested config's fields."""
     try:
         yield
+    except FieldError as e:
+        raise FieldError(f"{name}.{e.field}", e.reason) from None
     except ValueError as e:
         raise ValueError(f"{name}.{e}") from None
 
 
 def one_of(obj: Any, name: str, choices: typing.Iterable[Any]) -> None:
+    """ValueError unless `obj.name` is one of `choices` (for choices known only at run time;
+    a fixed set of choices is a Literal field, checked by `check_choices`)."""
     value, allowed = getattr(obj, name), tuple(choices)
     if value not in allowed:
-        raise ValueError(f"{name}: {value!r} is not one of {', '.join(map(repr, allowed))}")
+        raise FieldError(name, _not_one_of(name, value, allowed).split(": ", 1)[1])
+
+
+def check_choices(obj: Any) -> None:
+    """ValueError naming the first field of dataclass `obj` whose type holds a Literal and whose
+    value does not fit it: what `build` checks on load, for a `validate()` to check a config
+    built in Python too (nested configs are their own `validate()`'s business)."""
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        if _has_literal(hints[f.name]):
+            value = getattr(obj, f.name)
+            if not _fits(hints[f.name], value)[0]:
+                check_type(hints[f.name], value, f.name)  # raises, in build's words
 
 
 def load(cls: type[T], path: str | Path | None = None, overrides: list[str] | None = None,
@@ -284,6 +347,48 @@ def load(cls: type[T], path: str | Path | None = None, overrides: list[str] | No
     return build(cls, tree)
 
 
+def nest(flat: dict[str, Any]) -> dict[str, Any]:
+    """{"a.b": 1, "c": 2} as {"a": {"b": 1}, "c": 2}: dotted fields (as flags and keyword
+    arguments give them) as the nested tree `load` takes; None values are left out."""
+    tree: dict[str, Any] = {}
+    for key, value in flat.items():
+        if value is None:
+            continue
+        node = tree
+        *head, last = key.split(".")
+        for h in head:
+            node = node.setdefault(h, {})
+        node[last] = value
+    return tree
+
+
+def override_text(key: str, value: Any) -> str:
+    """The `--set` text of one field: `key=<TOML literal of value>` (None: NONE)."""
+    return f"{key}={_inline(value)}"
+
+
+def _inline(value: Any) -> str:
+    """`value` as one line of TOML (JSON's string escapes are TOML's basic-string escapes)."""
+    if value is None:
+        return NONE
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str | Path):
+        return json.dumps(str(value))
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_inline(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{json.dumps(str(k))} = {_inline(v)}" for k, v in value.items()) + "}"
+    raise ConfigError(f"{value!r}: not a value a config holds ({type(value).__name__})")
+
+
+def merge(into: dict[str, Any], other: dict[str, Any]) -> None:
+    """Merge tree `other` into `into`, sub-tables key by key (`other` wins)."""
+    _merge(into, other)
+
+
 def _merge(into: dict[str, Any], other: dict[str, Any]) -> None:
     for k, v in other.items():
         if isinstance(v, dict) and isinstance(into.get(k), dict):
@@ -293,16 +398,35 @@ def _merge(into: dict[str, Any], other: dict[str, Any]) -> None:
 
 
 def to_dict(obj: Any) -> dict[str, Any]:
-    """A TOML-safe dict of a config (None values are dropped; TOML has no null)."""
+    """A TOML-safe dict of config `obj` that `build` reads back to an equal config. TOML has no
+    null: a None is left out where the field's default is None too (loading restores it), and
+    is written as `NONE` where the default is something else (a cap of None, "no cap", must
+    not come back as the default's cap)."""
+    out: dict[str, Any] = {}
+    hints: dict[str, Any] | None = None
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if value is not None:
+            out[f.name] = _plain(value)
+            continue
+        if _default_of(f) is None:
+            continue
+        hints = hints if hints is not None else typing.get_type_hints(type(obj))
+        if _fits(hints[f.name], NONE)[0]:  # the word would read back as a string, not None
+            raise ConfigError(f"{f.name}: None cannot be saved (its default is not None and "
+                              f"{NONE!r} would read back as a string)")  # fmt: skip
+        out[f.name] = NONE
+    return out
 
-    def clean(x: Any) -> Any:
-        if isinstance(x, dict):
-            return {k: clean(v) for k, v in x.items() if v is not None}
-        if isinstance(x, list | tuple):
-            return [clean(v) for v in x]
-        return x
 
-    return clean(dataclasses.asdict(obj))  # type: ignore[no-any-return]
+def _plain(x: Any) -> Any:
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return to_dict(x)
+    if isinstance(x, dict):
+        return {k: _plain(v) for k, v in x.items() if v is not None}
+    if isinstance(x, list | tuple):
+        return [_plain(v) for v in x]
+    return x
 
 
 def save(obj: Any, path: str | Path) -> None:

@@ -33,27 +33,42 @@ import dataclasses
 import json
 import random
 import time
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
-
-import tomli_w
+from typing import Any, ClassVar, Literal, NamedTuple
 
 from whale import config as cfgmod
-from whale.config import above, at_least, one_of, part
+from whale.config import TrackerKind, above, at_least, check_choices, part
 from whale.harness import RuntimeConfig
-from whale.harness.executor import EXECUTOR_RESUMABLE
 from whale.models import ChatModel, ModelConfig, close_model
 from whale.records import RecordError, RunLock, record_dir, write_atomic
-from whale.revise.run import check_seed, outcome_fingerprint, refuse_changes
-from whale.revise.store import OutcomeStore
-from whale.schedule import SCHEDULES, Cotrain, Reads, ScheduleSettings, no_read, score_split
+from whale.runs import (
+    OutcomeStore,
+    check_seed,
+    load_run_config,
+    outcome_fingerprint,
+    record_seed,
+    refuse_changes,
+    save_run_config,
+)
+from whale.schedule import (
+    SCHEDULES,
+    Cotrain,
+    Reads,
+    ScheduleKind,
+    ScheduleSettings,
+    no_read,
+    score_split,
+)
 from whale.search.agent import AgentConfig
 from whale.tasks import Question, Task, TaskConfig, check_disjoint, dedupe, split
 from whale.train.rsft import RsftSettings, Solver, WeightPhase, trainer_factory
 
-SERVING = ("embedded", "hf", "vllm")
+Serving = Literal["embedded", "hf", "vllm"]
+SERVING: tuple[Serving, ...] = typing.get_args(Serving)
+OperatorKind = Literal["search", "revise"]  # the harness operator of the harness phase
 # The run directory's layout version (format.json; `check_format`). 2: stagewise = (E*, I*),
 # a validation split that leaves train and eval as without it, one archive per schedule.
 FORMAT = 2
@@ -92,6 +107,10 @@ class SweepSettings:
 
 @dataclass
 class CotrainConfig:
+    # What a resume may change besides where and how fast rollouts run (whale.runs.resume):
+    # which schedules run (each at the same budget, in its own folder).
+    budget_fields: ClassVar[frozenset[str]] = frozenset({"schedules"})
+
     task: TaskConfig = field(default_factory=lambda: TaskConfig(id="rg:basic_arithmetic"))
     harness: str = "single_call"
     solver: ModelConfig = field(default_factory=ModelConfig)
@@ -104,15 +123,17 @@ class CotrainConfig:
     # How trained weights are served: "embedded" (llama.cpp on the GGUF + the adapter as a
     # LoRA GGUF), "hf" (transformers + PEFT in process), "vllm" (solver NAME@URL; adapters
     # loaded at run time, the adapter folders must be readable by the server).
-    serving: str = "embedded"
+    serving: Serving = "embedded"
     # The transformers checkpoint trained (default: made once from the solver's GGUF; with
     # serving "hf", the solver name may be the checkpoint folder itself).
     checkpoint: str | None = None
     # The harness operator: "search" (Meta-Harness, the paper's) or "revise" (Harness
     # Learning's revision loop: rounds = harness_iters, G = m, feedback from the pool).
-    operator: str = "search"
-    schedules: list[str] = field(default_factory=lambda: ["adaptive"])
-    rollouts: int = 300  # training rollouts per schedule
+    operator: OperatorKind = "search"
+    schedules: list[ScheduleKind] = field(default_factory=lambda: ["adaptive"])
+    # Training rollouts per schedule; none: no cap (`whale rsft` without --rollouts), which
+    # needs cycles for a schedule that does not end by itself (whale.schedule.ENDING).
+    rollouts: int | None = 300
     weight_epochs: float = 0.2  # E (fixed, weight-only)
     harness_iters: int = 6  # I (fixed, harness-only)
     # (E*, I*): stagewise's one weight stage and one harness stage (STAGEWISE_RULE). Unset:
@@ -138,12 +159,12 @@ class CotrainConfig:
     workers: int = 2
     # mirror the finished run into an experiment tracker (whale.analysis.tracking.track_run):
     # "none" (default) | "mlflow" | "wandb", offline, files inside the run directory
-    tracking: str = "none"
+    tracking: TrackerKind = "none"
     seed: int = 0
     out: str | None = None
 
     def validate(self) -> None:
-        cfgmod.one_of(self, "tracking", ("none", "mlflow", "wandb"))
+        check_choices(self)
         at_least(self, 1, "rollouts", "harness_iters", "cycles", "max_harness_iters", "m",
                  "train", "search", "eval", "workers")  # fmt: skip
         above(self, 0.0, "weight_epochs", "max_weight_epochs")
@@ -152,10 +173,7 @@ class CotrainConfig:
         if st is not None and not (len(st) == 2 and st[0] > 0 and isinstance(st[1], int)
                                    and st[1] >= 1):  # fmt: skip
             raise cfgmod.ConfigError(f"stagewise: want {STAGEWISE_RULE}; got {list(st)}")
-        one_of(self, "serving", SERVING)
-        one_of(self, "operator", ("search", "revise"))
-        bad = [s for s in self.schedules if s not in SCHEDULES]
-        if bad or not self.schedules or len(set(self.schedules)) != len(self.schedules):
+        if not self.schedules or len(set(self.schedules)) != len(self.schedules):
             raise cfgmod.ConfigError(f"schedules: want distinct names of {', '.join(SCHEDULES)}; "
                                      f"got {self.schedules}")  # fmt: skip
         self._check_sweep()
@@ -164,6 +182,8 @@ class CotrainConfig:
                                      f"({self.train}): it is the pool's first questions")
         if len(self.patience) != 2 or self.patience[0] < 0 or self.patience[1] < 1:
             raise cfgmod.ConfigError(f"patience must be [J_MIN, P_H], got {self.patience}")
+        for kind in self.schedules:  # each schedule's own rules (without a cap, an end)
+            self.settings(kind)
         with part("rsft"):
             self.rsft.validate()
         with part("agent"):
@@ -194,17 +214,12 @@ class CotrainConfig:
             return STAGEWISE_DEFAULT
         return float(self.stagewise[0]), int(self.stagewise[1])
 
-    def settings(self, kind: str) -> ScheduleSettings:
+    def settings(self, kind: ScheduleKind) -> ScheduleSettings:
         return ScheduleSettings(kind, self.rollouts, self.weight_epochs, self.harness_iters,
                                 self.cycles, (self.patience[0], self.patience[1]),
                                 self.max_weight_epochs, self.max_harness_iters,
                                 self.weight_patience, self.stagewise_point(),
                                 scoring_rollouts=self.search)  # fmt: skip
-
-
-# What a resumed cotrain may change: nothing any recorded outcome, step or session depends on.
-RESUMABLE = {"workers", "tracking", "out", "runtime.warm", "proposer.timeout_s",
-             "schedules"} | EXECUTOR_RESUMABLE  # fmt: skip
 
 
 class Splits(NamedTuple):
@@ -267,15 +282,11 @@ def needs_proposer(cfg: CotrainConfig) -> bool:
     return any(s != "weight-only" for s in cfg.schedules)
 
 
-def check_resume(saved: CotrainConfig, requested: CotrainConfig, run_dir: Path) -> None:
-    refuse_changes(saved, requested, run_dir, RESUMABLE, cfgmod.ConfigError)
-
-
 def check_format(run_dir: Path) -> None:
     """RecordError when `run_dir` holds a run (config.toml) of another `FORMAT`. One without
     format.json predates (E*, I*) (stagewise was N weight phases of E, then N harness phases
     of I), a validation split drawn beside train and eval, and one search archive per
-    schedule: its config.toml loads with today's defaults and passes `check_resume`, while its
+    schedule: its config.toml loads with today's defaults and passes `refuse_changes`, while its
     records mean something else."""
     if not (run_dir / "config.toml").exists():
         return
@@ -344,10 +355,12 @@ def run_cotrain(
         with RunLock(run_dir):
             check_format(run_dir)
             if (run_dir / "config.toml").exists():
-                check_resume(cfgmod.load(CotrainConfig, run_dir / "config.toml"), cfg, run_dir)
+                refuse_changes(load_run_config(run_dir, CotrainConfig, command="whale cotrain"),
+                               cfg, run_dir)  # fmt: skip
             check_seed(run_dir, cfg.harness, source)
+            record_seed(run_dir, cfg.harness, source)
             write_atomic(run_dir / FORMAT_FILE, json.dumps({"format": FORMAT}))
-            write_atomic(run_dir / "config.toml", tomli_w.dumps(cfgmod.to_dict(cfg)))
+            save_run_config(run_dir, cfg)
             splits = cotrain_splits(task, cfg, more)
             serving, ckpt = make_serving(cfg)
             swept = None
@@ -422,7 +435,7 @@ def run_sweep(cfg: CotrainConfig, run_dir: Path, task: Task, source: str, splits
     return out
 
 
-def _one_schedule(cfg: CotrainConfig, kind: str, root: Path, task: Task, source: str,
+def _one_schedule(cfg: CotrainConfig, kind: ScheduleKind, root: Path, task: Task, source: str,
                   splits: Splits, serving: Any, ckpt: Path, proposer: ChatModel | None,
                   say: Callable[[str], None],
                   sweep_point: bool = False) -> dict[str, Any]:  # fmt: skip

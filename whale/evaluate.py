@@ -20,7 +20,7 @@ from typing import Any
 
 from whale import grading, records, stats
 from whale.config import at_least
-from whale.harness import Runtime, RuntimeConfig, Trajectory
+from whale.harness import Failure, Runtime, RuntimeConfig, Trajectory
 from whale.harness.broker import Retriever
 from whale.harness.executor import LocalPool, Rollout
 from whale.models import ModelConfig
@@ -63,6 +63,9 @@ class Outcome:
     retrieval_hit: bool | None = None
     # Runs again after the executor lost the worker running it (its trajectory's `retries`).
     retries: int = 0
+    # The kind of a failed run (whale.harness.Failure: LOAD, HARNESS, RUNTIME), its
+    # trajectory's; None for a run that ended ok or was ended by the broker (see Failure).
+    failure: Failure | None = None
 
 
 @dataclass
@@ -140,8 +143,7 @@ def outcome_of(task: Task, q: Question, t: Trajectory) -> Outcome:
     truncated = any(c.finish_reason == "length" for c in calls)
     if t.status == "ok" and t.answer is not None:
         g = grading.grade(task, q, t.answer, sandbox=t.sandbox or "auto")
-        check = getattr(task, "format_ok", None)
-        fmt = bool(check(q, t.answer)) if check is not None else bool(t.answer.strip())
+        fmt = bool(task.format_ok(q, t.answer))
         score, correct, feedback = g.score, g.correct, g.feedback
     else:
         score, correct, fmt, feedback = 0.0, False, False, f"not graded: run status {t.status}"
@@ -150,12 +152,12 @@ def outcome_of(task: Task, q: Question, t: Trajectory) -> Outcome:
         question_id=q.id, answer=t.answer, score=score, correct=correct, status=t.status,
         error=t.error, format_ok=fmt, truncated=truncated, model_calls=len(calls),
         tokens=t.tokens(), wall_s=round(t.wall_s, 4), feedback=feedback, retries=t.retries,
+        failure=t.failure,
     )  # fmt: skip
 
 
 def retrieval_hit(task: Task, q: Question, t: Trajectory) -> bool | None:
-    gold_of = getattr(task, "gold_passages", None)
-    gold = set(gold_of(q)) if gold_of is not None else set()
+    gold = set(task.gold_passages(q))
     if not gold:
         return None
     seen = {p.get("id") for c in t.tool_calls() if c.name == "retrieve" for p in (c.result or [])}
@@ -187,7 +189,7 @@ def evaluate(
     two of its statements (a line itself is written whole)."""
     t0 = time.monotonic()
     if retriever is None:
-        retriever = getattr(task, "retriever", None)  # retrieval tasks bring their index
+        retriever = task.retriever  # retrieval tasks bring their index
     results: dict[int, tuple[Outcome, Trajectory]] = {}
     executor = runtime.executor or LocalPool()
     rollouts = [Rollout(q.id, q.prompt) for q in questions]

@@ -100,12 +100,10 @@ def grade(
     """Grade one answer: in process where the task says its scorer may run here, otherwise
     screened and then in a jail of kind `sandbox`. Never raises for a bad answer or a broken
     grading jail: the reason is the feedback of a zero grade."""
-    pre = getattr(task, "precheck", None)
-    verdict = pre(question, answer) if pre is not None else None
+    verdict = task.precheck(question, answer)
     if verdict is not None:
         return verdict
-    spec_of = getattr(task, "jailed_grading", None)
-    spec = spec_of(question, answer) if spec_of is not None else None
+    spec = task.jailed_grading(question, answer)
     if spec is None:
         return task.grade(question, answer)
     lim = limits or LIMITS

@@ -33,14 +33,16 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from whale.errors import WhaleError
+
 LOCK_NAME = ".lock"
 
 
-class RecordError(ValueError):
+class RecordError(WhaleError, ValueError):
     """A record file is missing, cut or malformed; the message names the file (and line)."""
 
 
-class RunDirInUse(RuntimeError):
+class RunDirInUse(WhaleError, RuntimeError):
     """Another process holds the run directory's lock."""
 
 

@@ -15,11 +15,13 @@ revision loop has no archive). Schedules (`SCHEDULES`):
 - `stagewise`, as the paper runs it: ONE weight stage of E* epochs, then ONE harness stage of
   I* iterations (`stagewise = (E*, I*)`, its own setting; one cycle).
 Every schedule stops when its budget of training rollouts is spent, so that schedules can be
-compared at the same rollout budget; fixed also after N = `cycles` cycles (default 3; a given N
-caps every schedule), and any schedule after a cycle that spent no rollout (a proposer whose
-every edit fails would otherwise cycle for ever). A harness phase is not started with fewer
-rollouts left than one scoring of the search split (`scoring_rollouts`): it could not pay for
-one candidate, and scoring its start harness alone would overshoot the budget.
+compared at the same rollout budget (None: no cap, as `whale rsft` runs without `--rollouts`;
+then N or the schedule itself must end the run); fixed also after N = `cycles` cycles (default
+3; a given N caps every schedule), and any schedule after a cycle that spent no rollout (a
+proposer whose every edit fails would otherwise cycle for ever). A harness phase is not
+started with fewer rollouts left than one scoring of the search split (`scoring_rollouts`): it
+could not pay for one candidate, and scoring its start harness alone would overshoot the
+budget.
 
 What is read at a phase boundary (the eval split for the curves, the validation split for the
 reported best point) is read by a `BoundaryRead` callback handed to the loop: it gets
@@ -38,21 +40,27 @@ nothing twice, and the run continues at the step where it was killed.
 
 from __future__ import annotations
 
+import itertools
 import time
+import typing
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from whale.evaluate import EvalResult
 from whale.operators import HarnessOperator, OperatorBudget
 from whale.records import JsonlWriter, iter_jsonl
-from whale.revise.store import OutcomeStore
+from whale.runs import OutcomeStore
 from whale.tasks import Question, Task
 from whale.train.patience import EPS
 from whale.train.rsft import Solver, WeightPhase, WeightStep
 
-SCHEDULES = ("adaptive", "fixed", "weight-only", "harness-only", "stagewise")
+ScheduleKind = Literal["adaptive", "fixed", "weight-only", "harness-only", "stagewise"]
+SCHEDULES: tuple[ScheduleKind, ...] = typing.get_args(ScheduleKind)
+# The schedules that end by themselves: fixed after N cycles (3 by default), stagewise after
+# its one cycle. The others need a rollout budget or N.
+ENDING: tuple[ScheduleKind, ...] = ("fixed", "stagewise")
 
 # (cycle, boundary, harness source, training rollouts spent before the read) -> nothing.
 BoundaryRead = Callable[[int, str, str, int], None]
@@ -64,8 +72,9 @@ def no_read(cycle: int, boundary: str, h: str, spent: int) -> None:
 
 @dataclass(frozen=True)
 class ScheduleSettings:
-    kind: str = "adaptive"
-    rollouts: int = 300  # training rollouts (weight samples + harness scoring) of the run
+    kind: ScheduleKind = "adaptive"
+    # Training rollouts (weight samples + harness scoring) of the run; None: no cap.
+    rollouts: int | None = 300
     weight_epochs: float = 0.2  # E: one weight phase of fixed and weight-only
     harness_iters: int = 6  # I: one harness phase of fixed and harness-only
     # N: the cycles of fixed (3 when None); the other schedules run until the rollout budget
@@ -85,6 +94,13 @@ class ScheduleSettings:
     def __post_init__(self) -> None:
         if self.kind not in SCHEDULES:
             raise ValueError(f"unknown schedule {self.kind!r} ({', '.join(SCHEDULES)})")
+        if self.rollouts is None and self.cycles is None and self.kind not in ENDING:
+            raise ValueError(f"rollouts: no cap (none) needs cycles (N) for {self.kind}, which "
+                             "would otherwise run until a cycle spends nothing")  # fmt: skip
+
+    def left(self, spent: int) -> int | None:
+        """Training rollouts the budget still allows after `spent`; None: no cap."""
+        return None if self.rollouts is None else self.rollouts - spent
 
 
 @dataclass(frozen=True)
@@ -103,9 +119,10 @@ def phases(s: ScheduleSettings) -> Iterator[Phase]:
         yield Phase("harness", 1, False, iters=s.stagewise[1])
         return
     adaptive = s.kind == "adaptive"
-    n = s.cycles if s.cycles is not None else 3 if s.kind == "fixed" else 10**6
+    n = s.cycles if s.cycles is not None else 3 if s.kind == "fixed" else None
     wp = adaptive or s.weight_patience
-    for c in range(1, n + 1):
+    # Without N the loop stops the cycles: at the rollout budget, or after one that spent nothing.
+    for c in range(1, n + 1) if n is not None else itertools.count(1):
         if s.kind != "harness-only":
             yield Phase("weight", c, wp, epochs=s.max_weight_epochs if wp else s.weight_epochs)
         if s.kind != "weight-only":
@@ -156,11 +173,11 @@ class Cotrain:
         stopped = "all its cycles"
         cycle, at_cycle_start = 0, 0
         for p in phases(self.s):
-            left = self.s.rollouts - self.spent
-            if left <= 0:
+            left = self.s.left(self.spent)
+            if left is not None and left <= 0:
                 stopped = f"rollout budget {self.s.rollouts} spent"
                 break
-            if p.kind == "harness" and left < self.s.scoring_rollouts:
+            if p.kind == "harness" and left is not None and left < self.s.scoring_rollouts:
                 stopped = (f"rollout budget {self.s.rollouts}: {left} left, less than one "
                            f"scoring of the search split ({self.s.scoring_rollouts})")  # fmt: skip
                 break
@@ -177,11 +194,11 @@ class Cotrain:
             if (p.cycle, p.kind) not in self.finished:
                 self._phases.write(asdict(rec))
                 self.finished.add((p.cycle, p.kind))
-            cap = f"/{self.s.rollouts}" if self.s.rollouts < 10**9 else ""
+            cap = f"/{self.s.rollouts}" if self.s.rollouts is not None else ""
             self.say(f"[{self.name}] cycle {p.cycle} {p.kind} phase: {rec.stopped}; "
                      f"{self.spent}{cap} training rollouts")  # fmt: skip
             self.read(p.cycle, p.kind, h, self.spent)
-        if self.spent < self.s.rollouts and self.s.rollouts < 10**9:
+        if self.s.rollouts is not None and self.spent < self.s.rollouts:
             stopped += f" ({self.s.rollouts - self.spent} of {self.s.rollouts} rollouts unspent)"
             self.say(f"[{self.name}] ended after {stopped}: compare schedules at equal cost")
         return {"schedule": self.name, "stopped": stopped, "training_rollouts": self.spent,
@@ -195,8 +212,8 @@ class Cotrain:
         epochs, stopped = 0.0, ""
         patience = self.weights.settings.patience()
         while True:
-            left = self.s.rollouts - self.spent
-            if left <= 0:
+            left = self.s.left(self.spent)
+            if left is not None and left <= 0:
                 stopped = "rollout budget spent"
                 break
             tags = self._tags(p, "weight_sample", self.k)
@@ -234,7 +251,7 @@ class Cotrain:
         assert self.operator is not None
         t0 = time.monotonic()
         budget = OperatorBudget(
-            rollouts=self.s.rollouts - self.spent,
+            rollouts=self.s.left(self.spent),
             iterations=p.iters,
             patience=self.s.patience if p.adaptive else None,
         )

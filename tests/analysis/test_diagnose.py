@@ -30,7 +30,7 @@ from whale.cli import app
 from whale.cotrain import cotrain_splits
 from whale.records import RecordError
 from whale.revise.run import AdaptConfig, split_pools
-from whale.tasks import Grade, Question, check_disjoint
+from whale.tasks import Grade, Question, TaskBase, check_disjoint
 
 runner = CliRunner()
 
@@ -230,7 +230,7 @@ def test_a_bad_ledger_row_is_a_record_error_naming_the_line(tmp_path):
 # --- the pool ----------------------------------------------------------------------------------
 
 
-class CountTask:
+class CountTask(TaskBase):
     name = "test:count"
     description = "Count."
 

@@ -13,7 +13,7 @@ from whale.evaluate import EvalConfig, Outcome, evaluate, outcome_of
 from whale.harness import Runtime, RuntimeConfig, Trajectory, load_harness, make_runtime
 from whale.harness import executor as ex
 from whale.harness.executor import ExecutorConfig, ExecutorUnavailable, LocalPool, Rollout
-from whale.revise.store import ledger_row
+from whale.runs import ledger_row
 from whale.tasks import load_task
 
 

@@ -3,10 +3,10 @@ import re
 import pytest
 
 from tests.fakes import ScriptedModel
-from whale.tasks import Grade, Question
+from whale.tasks import Grade, Question, TaskBase
 
 
-class SumTask:
+class SumTask(TaskBase):
     """A tiny task: 'What is a + b?'; exact integer answers."""
 
     name = "test:sum"

@@ -11,7 +11,7 @@ from whale.harness import Runtime
 from whale.revise.loop import LoopSettings, adapt
 from whale.revise.proposer import Proposer
 from whale.revise.select import Candidate, reward, select
-from whale.revise.store import OutcomeStore
+from whale.runs import OutcomeStore
 from whale.tasks import EvalAlreadyRead, SealedSplit
 
 

@@ -18,7 +18,7 @@ from whale.revise.loop import LoopSettings, adapt, revise, summary_markdown
 from whale.revise.proposer import Proposer, ProposerConfig
 from whale.revise.run import adapt_json
 from whale.revise.select import Candidate, select
-from whale.revise.store import OutcomeStore
+from whale.runs import OutcomeStore
 from whale.tasks import Grade, SealedSplit
 
 NEAR_EDIT = (

@@ -8,7 +8,7 @@ from whale.harness import Budget, Runtime
 from whale.retrieval import Passage
 from whale.revise.loop import LoopSettings, adapt
 from whale.revise.proposer import Proposer, task_tools
-from whale.revise.store import OutcomeStore
+from whale.runs import OutcomeStore
 from whale.tasks import Question, SealedSplit
 from whale.tasks.mhqa import MultiHopTask
 

@@ -15,7 +15,7 @@ from whale.models.base import ModelTimeout
 from whale.records import RecordError
 from whale.revise.loop import LoopSettings, adapt
 from whale.revise.proposer import Proposer
-from whale.revise.store import OutcomeStore
+from whale.runs import OutcomeStore
 from whale.tasks import SealedSplit
 
 SETTINGS = LoopSettings(rounds=2, g=2, select="ratchet", feedback=4, workers=2)

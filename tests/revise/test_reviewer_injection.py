@@ -160,7 +160,7 @@ def test_the_embedded_reviewer_gives_a_reasoned_reject_of_the_issues_attack():
     # qwen-coder-1.5b, the default proposer, as the reviewer of `whale train-proposer`: it
     # follows the JSON form, copies the tag, and reads the table through the injected note.
     # (Only the attack is asked: a 1.5B reviewer also rejects some honest harnesses, which
-    # costs teacher data, not correctness; see the README on the reviewer.)
+    # costs teacher data, not correctness; see docs/commands/train-proposer.md on the reviewer.)
     model = EmbeddedLlama(require_model("qwen-coder-1.5b"), alias="qwen-coder-1.5b", n_ctx=4096)
     try:
         task = "Calculate the value of an arithmetic expression; answer with the number."

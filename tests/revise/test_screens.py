@@ -13,7 +13,7 @@ from whale.revise.proposer import Proposer
 from whale.revise.report import ReportConfig
 from whale.revise.run import AdaptConfig, split_pools
 from whale.revise.screens import AnswerEchoScreen, screen_questions
-from whale.revise.store import OutcomeStore
+from whale.runs import OutcomeStore
 from whale.tasks import SealedSplit, TaskConfig, load_task
 
 TABLE_EDIT = (

@@ -22,7 +22,7 @@ from whale.revise.select import (
     rescored_check,
     select,
 )
-from whale.revise.store import OutcomeStore
+from whale.runs import OutcomeStore
 
 
 def test_noise_check_worked_examples():
@@ -196,7 +196,7 @@ def test_adapt_cli_plumbs_noise_k_and_refuses_one(tmp_path):
 
     from tests.servers import StubServer
     from whale.cli import app
-    from whale.revise.run import load_run_config
+    from whale.runs import load_run_config
 
     runner = CliRunner()
     out = tmp_path / "run"
@@ -212,4 +212,4 @@ def test_adapt_cli_plumbs_noise_k_and_refuses_one(tmp_path):
         assert r.exit_code == 0, r.output
         again = runner.invoke(app, ["adapt", "--resume", str(out), "--noise-k", "3"])
         assert again.exit_code == 2 and "--noise-k" in again.output
-    assert load_run_config(out).noise_k == 2
+    assert load_run_config(out, AdaptConfig).noise_k == 2

@@ -8,7 +8,7 @@ from tests.fakes import ScriptedModel
 from tests.revise.conftest import SEED, SumTask
 from whale.harness import Runtime
 from whale.records import RecordError
-from whale.revise.store import OutcomeStore
+from whale.runs import OutcomeStore
 
 ECHO = 'def run(question, env):\n    return "\\u2028{}\\u2028"\n'
 

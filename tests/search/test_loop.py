@@ -7,7 +7,7 @@ import pytest
 from tests.fakes import ScriptedModel
 from tests.revise.conftest import SEED, SumTask, prose_solver
 from whale.harness import Runtime
-from whale.revise.store import OutcomeStore
+from whale.runs import OutcomeStore
 from whale.search import Archive, ArchiveTools, Patience
 from whale.search.agent import ProposerAgent
 from whale.search.loop import SearchSettings, search

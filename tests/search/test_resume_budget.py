@@ -6,7 +6,7 @@ from tests.revise.conftest import SEED, SumTask, prose_solver
 from tests.search.test_loop import GOOD, WORSE
 from whale.harness import Runtime
 from whale.operators import OperatorBudget
-from whale.revise.store import OutcomeStore
+from whale.runs import OutcomeStore
 from whale.search.loop import SearchSettings
 from whale.search.operator import SearchOperator
 

@@ -12,7 +12,7 @@ from tests.search.test_bad_calls import BAD_CALLS
 from tests.search.test_loop import GOOD
 from whale.harness import Runtime, harness_hash
 from whale.models.base import ContextOverflow
-from whale.revise.store import OutcomeStore
+from whale.runs import OutcomeStore
 from whale.search import Archive, ArchiveTools, CandidateMeta
 from whale.search.agent import PENDING, ProposerAgent
 from whale.search.loop import SearchSettings, search

@@ -17,7 +17,8 @@ from whale import config as cfgmod
 from whale.config import ConfigError
 from whale.evaluate import EvalConfig
 from whale.models import ModelConfig
-from whale.revise.run import AdaptConfig, outcome_fingerprint
+from whale.revise.run import AdaptConfig
+from whale.runs import outcome_fingerprint
 from whale.tasks import TaskConfig, UnknownTask, dedupe, load_task
 from whale.tasks.variants import FRAMES, FRAMES_BARE, RG_RULES, VariantRefused, offered
 

@@ -2,7 +2,7 @@
 the answer in the harness and return it. Every run is accepted; without the answer-provenance
 rule the weight step trains on the ignored replies. (The issue's temperature=30.0 is left out:
 the broker refuses it now.) Used by tests/train/test_rsft_provenance.py and by the measured
-`whale rsft --harness tests/train/evil_harness.py` run in the README."""
+`whale rsft --harness tests/train/evil_harness.py` run in docs/commands/rsft.md."""
 
 
 def run(question, env):

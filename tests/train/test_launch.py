@@ -156,7 +156,7 @@ def test_the_weight_phase_trains_under_accelerate_and_serves_the_adapter(tmp_pat
     from whale.harness import RuntimeConfig
     from whale.models import Sampling
     from whale.models.hf import TransformersChat
-    from whale.revise.store import OutcomeStore
+    from whale.runs import OutcomeStore
     from whale.train.rsft import Solver, WeightPhase, trainer_factory
     from whale.train.serving import InProcessServing
 

@@ -13,14 +13,14 @@ from tests.train.test_proposer_data import OTHER_GOOD
 from whale import config as cfgmod
 from whale.models import PROPOSER_MARKER
 from whale.records import read_jsonl
-from whale.tasks import Grade, Question
+from whale.tasks import Grade, Question, TaskBase
 from whale.train.proposer import run as runmod
 from whale.train.proposer.contexts import family_dir, family_of
 
 pytestmark = pytest.mark.slow
 
 
-class OffsetSum:
+class OffsetSum(TaskBase):
     """'What is a + b?' with a family's own numbers (families must not share questions)."""
 
     description = "Add two integers. Answer with the number only."

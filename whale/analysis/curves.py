@@ -407,7 +407,7 @@ def schedule_summary(out: Path) -> list[dict[str, Any]]:
 
 
 def markdown_table(out: Path) -> str:
-    """A Markdown table for the README, one row per schedule: base eval accuracy (the "start"
+    """A Markdown table for the docs, one row per schedule: base eval accuracy (the "start"
     read), final (the read after the most training rollouts), the reported best point (the
     eval accuracy of the read of highest validation accuracy, that validation accuracy and the
     training rollouts spent before it), training rollouts used (ledger weight_sample +

@@ -47,29 +47,28 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
-
-import tomli_w
+from typing import Any, ClassVar, cast
 
 from whale import config as cfgmod
-from whale.config import above, at_least, one_of, part
-from whale.cotrain import SERVING, CotrainConfig, run_cotrain
+from whale.config import above, at_least, check_choices, part
+from whale.cotrain import CotrainConfig, OperatorKind, Serving, run_cotrain
 from whale.harness import RuntimeConfig
 from whale.models import ChatModel, ModelConfig, close_model
 from whale.records import RecordError, iter_jsonl, write_atomic
+from whale.runs import load_run_config, refuse_changes, save_run_config
+from whale.schedule import ScheduleKind
 from whale.search.agent import AgentConfig
-from whale.tasks import Grade, Question, Task, TaskConfig
-from whale.tasks.base import normalize_prompt
+from whale.tasks import Question, Task, TaskConfig
+from whale.tasks.base import WrappedTask, normalize_prompt
 from whale.train.rsft import RsftSettings
 
 CAPABILITIES = ("format_compliance", "truncation_rate", "retrieval_accuracy",
                 "answer_extraction", "accuracy")  # fmt: skip
 LOWER_IS_BETTER = frozenset({"truncation_rate"})
-PROBES = {"harness": "harness-only", "weight": "weight-only"}  # probe -> cotrain schedule
+# probe -> cotrain schedule
+PROBES: dict[str, ScheduleKind] = {"harness": "harness-only", "weight": "weight-only"}
 VERDICTS = ("harness bottleneck", "model bottleneck", "both", "neither (within noise)", "n/a")
 CONFIG_NAME = "diagnose.toml"
-# What a resumed diagnose may change: nothing a recorded rollout depends on; z only re-judges.
-RESUMABLE = {"workers", "out", "runtime.warm", "proposer.timeout_s", "z"}
 ADAPT_DEV, ADAPT_EVAL = 25, 75  # whale adapt's default split sizes (AdaptConfig)
 
 
@@ -83,6 +82,10 @@ class DiagnoseConfig:
     per probe (weight: 2 steps of 6 prompts x G = 4; harness: the seed and its candidates
     scored on the 12 search questions), one cycle each, 30 probe questions."""
 
+    # What a resume may change besides where and how fast rollouts run (whale.runs.resume):
+    # z only re-judges the recorded probes.
+    judging_fields: ClassVar[frozenset[str]] = frozenset({"z"})
+
     task: TaskConfig = field(default_factory=lambda: TaskConfig(id="rg:basic_arithmetic"))
     harness: str = "single_call"
     solver: ModelConfig = field(default_factory=ModelConfig)
@@ -92,9 +95,9 @@ class DiagnoseConfig:
     agent: AgentConfig = field(default_factory=AgentConfig)
     runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     rsft: RsftSettings = field(default_factory=_probe_rsft)
-    serving: str = "embedded"
+    serving: Serving = "embedded"
     checkpoint: str | None = None
-    operator: str = "search"
+    operator: OperatorKind = "search"
     rollouts: int = 48  # training rollouts of each probe (the same budget for both)
     weight_epochs: float = 1.0  # E of the weight probe
     harness_iters: int = 2  # I of the harness probe
@@ -109,11 +112,10 @@ class DiagnoseConfig:
     out: str | None = None
 
     def validate(self) -> None:
+        check_choices(self)
         at_least(self, 1, "rollouts", "harness_iters", "m", "train", "search", "eval",
                  "workers")  # fmt: skip
         above(self, 0.0, "weight_epochs", "z")
-        one_of(self, "serving", SERVING)
-        one_of(self, "operator", ("search", "revise"))
         if self.search > self.train:
             raise cfgmod.ConfigError(f"search ({self.search}) must be at most train "
                                      f"({self.train}): it is the pool's first questions")
@@ -168,35 +170,20 @@ def adapt_held_out(task: Task, seed: int) -> list[Question]:
     return split_pools(cast(Task, _Pool(prefix)), acfg)[2]
 
 
-class Excluding:
+class Excluding(WrappedTask):
     """`task` without the questions of `reserved` (by id and by normalized prompt text); every
     other attribute (grader, format check, gold passages, retriever) is the task's own."""
 
     def __init__(self, task: Task, reserved: Sequence[Question]) -> None:
-        self._task = task
+        super().__init__(task)
+        self._task = task  # the wrapped task's earlier name, read by callers
         self._ids = {q.id for q in reserved}
         self._texts = {normalize_prompt(q.prompt) for q in reserved}
         self.reserved = len(reserved)
 
-    @property
-    def name(self) -> str:
-        return self._task.name
-
-    @property
-    def description(self) -> str:
-        return self._task.description
-
     def questions(self) -> list[Question]:
-        return [q for q in self._task.questions()
+        return [q for q in self.inner.questions()
                 if q.id not in self._ids and normalize_prompt(q.prompt) not in self._texts]
-
-    def grade(self, question: Question, answer: str) -> Grade:
-        return self._task.grade(question, answer)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name == "_task":
-            raise AttributeError(name)
-        return getattr(self._task, name)
 
 
 # --- the statistics and the rule ---------------------------------------------------------------
@@ -432,17 +419,14 @@ def run_diagnose(
     `run_dir`, then write diagnosis.json and diagnosis.md there. `task` must hold
     `cfg.pool_size()` questions. `cotrain`: `run_cotrain` when None (a parameter for tests)."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    saved = run_dir / CONFIG_NAME
     try:
-        if saved.exists():
-            from whale.revise.run import refuse_changes
-
-            refuse_changes(cfgmod.load(DiagnoseConfig, saved), cfg, run_dir, RESUMABLE,
-                           cfgmod.ConfigError)  # fmt: skip
-    except cfgmod.ConfigError as e:
+        if (run_dir / CONFIG_NAME).exists():
+            saved = load_run_config(run_dir, DiagnoseConfig, CONFIG_NAME, "whale diagnose")
+            refuse_changes(saved, cfg, run_dir)
+    except (cfgmod.ConfigError, RecordError) as e:
         close_model(proposer_model)
         raise RecordError(str(e)) from None
-    write_atomic(saved, tomli_w.dumps(cfgmod.to_dict(cfg)))
+    save_run_config(run_dir, cfg, CONFIG_NAME)
     pool: Task = task
     if cfg.reserve_adapt:
         held = adapt_held_out(task, cfg.seed)

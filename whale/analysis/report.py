@@ -1,6 +1,13 @@
 """`whale report RUN_DIR`: one self-contained HTML file of a run (adapt, search, cotrain,
 train-proposer, or a single eval).
 
+The page leads with the answer (report_lead.py builds it per run kind): the held-out reading
+before and after as k/n with its 95% Wilson interval (seed -> final; per cotrain schedule base
+-> final with the training rollouts it cost), the edits that were kept with their diffs and
+hypotheses, and the run's curve. Then the lineage, the other curves, metrics, proposer
+compliance, every diff, the audit and the split reads; the raw config and summary.json last,
+collapsed. Every float is shown rounded (`report_data.human`: never more than 4 decimals).
+
 The file opens from disk with no server and no network: CSS is inline, every curve is a
 matplotlib PNG (Agg canvas, no pyplot) embedded as a data: URI, diffs sit in <details>, and
 there is no script and no external URL. Everything quoted from the run (harness sources and
@@ -29,9 +36,19 @@ import re
 from pathlib import Path
 from typing import Any
 
-from whale.analysis.report_data import Curve, Lineage, Node, RunData, Table
+from whale.analysis.report_data import (
+    Curve,
+    Lead,
+    Lineage,
+    Node,
+    Reading,
+    RunData,
+    Table,
+    human,
+)
 from whale.analysis.report_runs import load_run
 from whale.records import write_atomic
+from whale.stats import wilson_ci
 
 CSS = """
 body{font-family:sans-serif;margin:1.5em;max-width:1200px;color:#222}
@@ -43,23 +60,43 @@ th{background:#f3f3f3} ul.tree{list-style:none;padding-left:1.2em;border-left:1p
 .kept{font-weight:bold;background:#fff6bf} .note{color:#8a4b00;background:#fff3e0;padding:2px 6px}
 pre{background:#f7f7f7;padding:6px;overflow-x:auto;font-size:.85em;white-space:pre-wrap}
 img{max-width:100%;border:1px solid #ddd}
+ul.answer{font-size:1.1em} ul.answer li{margin:.3em 0} .what{color:#555}
+blockquote.hypothesis{white-space:pre-wrap;border-left:3px solid #9ab;margin:.4em 0;
+padding-left:8px}
 """
 
 
 MAX_DEPTH = 100  # nesting of the lineage tree at most; deeper nodes continue in a flat list
-SECTIONS = ("config", "lineage", "curves", "metrics", "compliance", "diffs", "audit", "reads")
+SECTIONS = ("answer", "lineage", "curves", "metrics", "compliance", "diffs", "audit", "reads",
+            "config")  # fmt: skip
 KEY_CONFIG = ("task.id", "harness", "operator", "schedules", "rollouts", "rounds", "g",
               "iterations", "m", "select", "solver.name", "proposer.name", "proposer", "phases",
               "seed", "train", "search", "eval", "score", "feedback")  # fmt: skip
 
 
 def e(v: Any) -> str:
-    """Escaped text of any value (None shows as "-", floats to 3 decimals)."""
+    """Escaped text of any value (None shows as "-", floats as `human` rounds them)."""
     if v is None:
         return "-"
     if isinstance(v, float):
-        return f"{v:.3f}"
+        return human(v)
     return html.escape(str(v), quote=True)
+
+
+def _acc(p: float, n: int | None) -> str:
+    """An accuracy to 2 decimals (3 from n > 200, where a question moves it by < 0.005)."""
+    return f"{p:.3f}" if n is not None and n > 200 else f"{p:.2f}"
+
+
+def reading_text(r: Reading) -> str:
+    """`k/n (accuracy, 95% CI lo–hi)` (Wilson), or the accuracy alone where k is unknown."""
+    if r.k is not None and r.n is not None:
+        lo, hi = wilson_ci(r.k, r.n)
+        return (f"{r.k}/{r.n} ({_acc(r.k / r.n, r.n)}, 95% CI {_acc(lo, r.n)}\u2013"
+                f"{_acc(hi, r.n)})")  # fmt: skip
+    if r.accuracy is not None:
+        return _acc(r.accuracy, r.n) + (f" of {r.n} (k not a whole number)" if r.n else "")
+    return "not recorded"
 
 
 def png_data_uri(curve: Curve) -> str:
@@ -249,30 +286,94 @@ def _audit(run_dir: Path, audit: dict[str, Any] | None) -> str:
     return "".join(parts)  # fmt: skip
 
 
+def _figure(c: Curve) -> str:
+    return (f'<figure><img class="curve" alt="{e(c.title)}" src="{png_data_uri(c)}">'
+            f"<figcaption>{e(c.title)}</figcaption></figure>")  # fmt: skip
+
+
+def _answer(data: RunData, lead: Lead) -> str:
+    """The lead: what was read, a line per reading, the kept edits, the lead's curves."""
+    p = [f'<p class="what">{e(lead.what)}</p>']
+    if lead.context:
+        p.append("<p>" + " &middot; ".join(f"{e(k)} <b>{e(v)}</b>" for k, v in lead.context)
+                 + "</p>")  # fmt: skip
+    items = []
+    for line in lead.lines:
+        steps = " &rarr; ".join(f"{e(name)} <b>{e(reading_text(r))}</b>" for name, r in line.steps)
+        extra = "".join(f"; {e(x)}" for x in line.extra)
+        items.append(f"<li><b>{e(line.label)}</b>{': ' + steps if steps else ''}{extra}</li>")
+    if items:
+        p.append('<ul class="answer">' + "".join(items) + "</ul>")
+    p += [f'<p class="note">note: {e(n)}</p>' for n in lead.notes] + [_notes(data, "answer")]
+    if lead.changes:
+        p.append(f"<h3>{e(lead.changes_title)}</h3>")
+    for c in lead.changes:
+        p.append(f'<div class="change"><h4>{e(c.title)}</h4>')
+        p.append(
+            f'<blockquote class="hypothesis">hypothesis: {e(c.hypothesis)}</blockquote>'
+            if c.hypothesis
+            else '<p class="note">note: no hypothesis recorded</p>'
+            if c.proposed
+            else ""
+        )
+        if c.why:
+            p.append(f"<p>kept because: {e(c.why)}</p>")
+        p.append(f'<details open><summary>diff</summary><pre class="diff">{e(c.diff)}</pre>'
+                 "</details></div>" if c.diff else
+                 '<p class="note">note: no diff (a source is missing)</p></div>')  # fmt: skip
+    if lead.curves:
+        p.append("<h3>Curve</h3>")
+        p += [_figure(data.curves[i]) for i in lead.curves]
+    return "".join(p)
+
+
+def _records(data: RunData) -> str:
+    """The raw config and summary.json, collapsed: last on the page, for who needs them."""
+    p = ['<h2 id="config">Config and records</h2>' + _notes(data, "config")]
+    if data.config:
+        key = [list(kv) for kv in data.config if kv[0] in KEY_CONFIG]
+        whole = [list(kv) for kv in data.config]
+        p.append(
+            "<details><summary>config.toml: the main keys</summary>"
+            + _table(Table("config (main keys)", ["key", "value"], key))
+            + "</details>"
+            "<details><summary>the whole config.toml</summary>"
+            + _table(Table("config.toml", ["key", "value"], whole))
+            + "</details>"
+        )
+    if data.summary:
+        rows = [list(kv) for kv in data.summary]
+        p.append(
+            "<details><summary>summary.json (numbers rounded)</summary>"
+            + _table(Table("summary.json", ["key", "value"], rows))
+            + "</details>"
+        )
+    return "".join(p)
+
+
 def render_html(data: RunData, audit_html: str) -> str:
-    """The whole page of `data` (audit section already rendered)."""
+    """The whole page of `data` (audit section already rendered): the answer first, then the
+    lineage, curves, metrics, compliance, diffs, audit and split reads, the raw records last."""
     p = [f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>whale report: "
          f"{e(data.run_dir.name)}</title><style>{CSS}</style></head><body>",
          f"<h1>whale report: {e(data.run_dir)}</h1><p>run kind: <b id=\"run-kind\">"
          f"{e(data.kind)}</b></p>"]  # fmt: skip
     p.append("<p>" + " | ".join(f'<a href="#{a}">{a}</a>' for a in SECTIONS) + "</p>")
-    p.append('<h2 id="config">Config</h2>' + _notes(data, "config"))
-    if data.config:
-        key = [kv for kv in data.config if kv[0] in KEY_CONFIG]
-        p.append(_table(Table("config (main keys)", ["key", "value"], [list(kv) for kv in key])))
-        p.append("<details><summary>the whole config.toml</summary>"
-                 + _table(Table("config.toml", ["key", "value"], [list(kv) for kv in data.config]))
-                 + "</details>")  # fmt: skip
-    if data.summary:
-        p.append(_table(Table("summary.json", ["key", "value"], [list(kv) for kv in data.summary])))
+    p.append('<h2 id="answer">Result</h2>')
+    if data.lead is not None:
+        p.append(_answer(data, data.lead))
+    else:
+        p.append('<p class="note">note: no result: the run kind is unknown</p>'
+                 + _notes(data, "answer"))  # fmt: skip
     p.append('<h2 id="lineage">Lineage</h2>' + _notes(data, "lineage"))
     used: set[str] = set()  # id attributes of the page's nodes, unique across lineages
     for lin in data.lineages:
         p.append(f'<h3>{e(lin.title)}</h3><div class="lineage">{_tree(lin, used)}</div>')
     p.append('<h2 id="curves">Curves</h2>' + _notes(data, "curves"))
-    for c in data.curves:
-        p.append(f'<figure><img class="curve" alt="{e(c.title)}" src="{png_data_uri(c)}">'
-                 f"<figcaption>{e(c.title)}</figcaption></figure>")  # fmt: skip
+    in_lead = set(data.lead.curves) if data.lead is not None else set()
+    if in_lead:
+        p.append('<p>The result\'s curve is drawn in <a href="#answer">the result</a>.</p>')
+    p += [_figure(c) for i, c in enumerate(data.curves) if i not in in_lead]
     if not data.curves:
         p.append('<p class="note">note: no curve could be drawn from this run</p>')
     p.append('<h2 id="metrics">Capability metrics</h2>' + _notes(data, "metrics"))
@@ -288,6 +389,7 @@ def render_html(data: RunData, audit_html: str) -> str:
     p.append('<h2 id="reads">Split audit: what was read when</h2>' + _notes(data, "reads"))
     if data.reads is not None:
         p.append(_table(data.reads))
+    p.append(_records(data))
     p.append("</body></html>\n")
     return "\n".join(p)
 

@@ -13,6 +13,10 @@ or device, a file over MAX_FILE_BYTES (records) or MAX_SOURCE_BYTES (sources, di
 time) are treated as absent; round folders count only with ASCII digits ("round_2²" is not a
 number); a config or summary nested too deep for the parser is a note.
 
+The lineage builders (archive, round folders) are in report_lineage.py, the answer the page
+opens with in report_lead.py; the types they fill (Node, Lineage, Curve, Table, Lead, RunData)
+and the readers they share are here.
+
 Not covered: the meaning of fields beyond the few each section shows (the report quotes the
 files, it does not re-check the run's accounting; `whale.analysis.curves` does that for
 cotrain, and its RecordError is shown as a note); runs nested more than one level deep other
@@ -38,6 +42,7 @@ MAX_SOURCE_BYTES = 4 * 2**20  # one harness source or candidate diff read at mos
 MAX_FLAT_DEPTH = 32  # config / summary tables stop nesting here (deeper shows as JSON text)
 MAX_DIFF_CHARS = 20_000  # one candidate's diff shown in the report at most (a note says so)
 MAX_ROWS = 200  # rows of one table at most
+MAX_HYPOTHESIS_CHARS = 2_000  # one hypothesis / explanation / decision reason shown at most
 
 
 @dataclass
@@ -53,6 +58,8 @@ class Node:
     label: str  # "round 2", "iteration 1", "seed"
     kept: bool = False
     diff: str | None = None  # unified diff against the parent's source; None when unknown
+    hypothesis: str | None = None  # what the proposal said it changes (archive meta; adapt: kept)
+    why: str | None = None  # why Select kept it (adapt's decision.json)
 
 
 @dataclass
@@ -77,6 +84,51 @@ class Table:
     rows: list[list[Any]]
 
 
+@dataclass(frozen=True)
+class Reading:
+    """One accuracy on a held-out split: `k` correct of `n` when the records give both, else
+    the accuracy (and `n`) as recorded. All None: nothing recorded."""
+
+    k: int | None = None
+    n: int | None = None
+    accuracy: float | None = None
+
+
+@dataclass
+class Line:
+    """One line of the answer: `label: step_1 → step_2 …` (each step a name and a Reading),
+    then `extra` facts (plain text: a cost, a stop reason)."""
+
+    label: str
+    steps: list[tuple[str, Reading]]
+    extra: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Change:
+    """An edit the run kept: what it changed (a diff) and what its proposer said it would."""
+
+    title: str
+    diff: str | None
+    hypothesis: str | None
+    why: str | None = None
+    proposed: bool = True  # False: a sum of edits (no proposal, so no hypothesis to miss)
+
+
+@dataclass
+class Lead:
+    """The answer the page opens with (built per run kind by report_lead.py): what was read,
+    its lines, the kept edits, and which of RunData.curves to draw under them."""
+
+    what: str  # the reading's description: "held-out eval split, read once at the end"
+    lines: list[Line] = field(default_factory=list)
+    context: list[tuple[str, str]] = field(default_factory=list)  # task, solver, ...
+    changes: list[Change] = field(default_factory=list)
+    changes_title: str = "What the kept edits changed"
+    curves: list[int] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
 @dataclass
 class RunData:
     run_dir: Path
@@ -88,6 +140,8 @@ class RunData:
     metrics: list[Table] = field(default_factory=list)
     compliance: list[Table] = field(default_factory=list)
     reads: Table | None = None
+    lead: Lead | None = None
+    summary_json: dict[str, Any] | None = None  # summary.json as read (for the lead)
     notes: dict[str, list[str]] = field(default_factory=dict)
 
     def note(self, section: str, text: str) -> None:
@@ -104,15 +158,15 @@ def read_run_file(path: Path, data: RunData, section: str, limit: int = MAX_FILE
     `limit` bytes, or any other OSError."""
     if not os.path.lexists(path):
         if missing:
-            data.note(section, f"{_rel(path, data)}: missing")
+            data.note(section, f"{rel_path(path, data)}: missing")
         return None
     try:
         return read_untrusted(path, data.run_dir, limit)
     except UnsafeRead as e:
         why = str(e).removeprefix(f"{path}: ")
-        data.note(section, f"{_rel(path, data)}: {why}")
+        data.note(section, f"{rel_path(path, data)}: {why}")
     except OSError as e:
-        data.note(section, f"{_rel(path, data)}: unreadable ({type(e).__name__})")
+        data.note(section, f"{rel_path(path, data)}: unreadable ({type(e).__name__})")
     return None
 
 
@@ -147,7 +201,7 @@ def json_file(path: Path, data: RunData, section: str) -> Any:
     try:
         return json.loads(raw.decode("utf-8", errors="replace"))
     except (ValueError, RecursionError) as e:
-        data.note(section, f"{_rel(path, data)}: unreadable ({type(e).__name__})")
+        data.note(section, f"{rel_path(path, data)}: unreadable ({type(e).__name__})")
     return None
 
 
@@ -169,11 +223,11 @@ def jsonl_rows(path: Path, data: RunData, section: str) -> list[dict[str, Any]]:
         else:
             bad += 1
     if bad:
-        data.note(section, f"{_rel(path, data)}: {bad} line(s) not a JSON object, skipped")
+        data.note(section, f"{rel_path(path, data)}: {bad} line(s) not a JSON object, skipped")
     return rows
 
 
-def _rel(path: Path, data: RunData) -> str:
+def rel_path(path: Path, data: RunData) -> str:
     try:
         return str(path.relative_to(data.run_dir))
     except ValueError:
@@ -204,7 +258,7 @@ def round_number(name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _str(v: Any) -> str | None:
+def str_or_none(v: Any) -> str | None:
     return v if isinstance(v, str) else None
 
 
@@ -216,7 +270,29 @@ def diff_text(parent: str | None, child: str | None) -> str | None:
                                         "candidate.py"))  # fmt: skip
 
 
-def _cap(text: str | None) -> str | None:
+def cap_text(text: str | None, limit: int = MAX_HYPOTHESIS_CHARS) -> str | None:
+    """`text` cut to `limit` characters, with a note of how many more there were."""
+    if text is not None and len(text) > limit:
+        return text[:limit] + f" ... ({len(text) - limit} more characters)"
+    return text
+
+
+def human(v: float) -> str:
+    """A float as a person reads it: 3 decimals below 1, 2 below 1000, none above (and 3
+    significant digits past 1e15), trailing zeros dropped; below 0.001 in exponent form. Never
+    more than 4 decimals, so `0.09333333333333334` shows as 0.093."""
+    a = abs(v)
+    if not math.isfinite(v) or v == 0:
+        return str(v) if v != 0 else "0"
+    if a < 1e-3:
+        return f"{v:.1e}"
+    if a >= 1e15:
+        return f"{v:.3g}"
+    text = f"{v:.3f}" if a < 1 else f"{v:.2f}" if a < 1000 else f"{v:.0f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def cap_diff(text: str | None) -> str | None:
     if text is not None and len(text) > MAX_DIFF_CHARS:
         return text[:MAX_DIFF_CHARS] + f"\n... ({len(text) - MAX_DIFF_CHARS} more characters)\n"
     return text
@@ -262,18 +338,23 @@ def has_run_records(run_dir: Path) -> bool:
     return run_kind(run_dir) != "unknown" or any(os.path.lexists(run_dir / n) for n in RECORD_NAMES)
 
 
-def _flat(d: Any, prefix: str = "", depth: int = 0) -> list[tuple[str, str]]:
+def _flat(d: Any, prefix: str = "", depth: int = 0, *,
+          rounded: bool = False) -> list[tuple[str, str]]:  # fmt: skip
+    """(dotted key, shown value) of every leaf of `d`; `rounded`: floats as `human` shows them
+    (the summary; the config keeps its values exact, as set)."""
     out: list[tuple[str, str]] = []
     if isinstance(d, dict):
         for k, v in d.items():
             if isinstance(v, dict) and depth < MAX_FLAT_DEPTH:
-                out += _flat(v, f"{prefix}{k}.", depth + 1)
+                out += _flat(v, f"{prefix}{k}.", depth + 1, rounded=rounded)
             else:
-                out.append((f"{prefix}{k}", _short(v)))
+                out.append((f"{prefix}{k}", _short(v, rounded)))
     return out
 
 
-def _short(v: Any) -> str:
+def _short(v: Any, rounded: bool = False) -> str:
+    if rounded and isinstance(v, float):
+        return human(v)
     try:
         s = json.dumps(v, default=str) if not isinstance(v, str) else v
     except (ValueError, RecursionError):
@@ -294,199 +375,31 @@ def load_config(data: RunData) -> None:
     if os.path.lexists(summary):
         s = json_file(summary, data, "config")
         if isinstance(s, dict):
-            data.summary = [(k, v) for k, v in _flat(s)
+            data.summary_json = s
+            data.summary = [(k, v) for k, v in _flat(s, rounded=True)
                             if not v.startswith(("[", "{"))][:40]  # fmt: skip
-
-
-# --- lineages --------------------------------------------------------------------------------
-
-
-def _unique(nid: str, used: set[str], pos: int) -> str:
-    """`nid`, or `nid#pos` (then `nid#pos.k`) when another node of the lineage already has it:
-    two nodes sharing an id would make the parent links ambiguous (and the tree branch on
-    every shared id)."""
-    out, k = nid, 0
-    if out in used:
-        out = f"{nid}#{pos}"
-    while out in used:
-        k += 1
-        out = f"{nid}#{pos}.{k}"
-    used.add(out)
-    return out
-
-
-def archive_lineage(root: Path, title: str, data: RunData) -> Lineage:
-    """A Meta-Harness archive (search, or the one archive of a cotrain's harness phases). A
-    node's score is the candidate's accuracy (what the archive ranks on; `score` in records of
-    older whales). The node marked best is the archive's best under the solver that scored its
-    latest candidate (scores under other weights do not compare), ties to the earlier one.
-    A parent_id naming no candidate stays as recorded (the tree shows the node as unreachable);
-    a repeated id gets a `#pos` suffix and parent links go to its first holder."""
-    metas: list[dict[str, Any]] = []
-    folders = [p for p in root.glob("c[0-9]*") if p.is_dir()]
-    for folder in sorted(folders, key=lambda p: (len(p.name), p.name)):  # c10000 after c9900
-        m = json_file(folder / "meta.json", data, "lineage")
-        if isinstance(m, dict) and isinstance(m.get("id"), str):
-            metas.append(m)
-    if not metas and (root / "summary.jsonl").is_file():
-        metas = [m for m in jsonl_rows(root / "summary.jsonl", data, "lineage")
-                 if isinstance(m.get("id"), str)]  # fmt: skip
-    if not metas:
-        data.note("lineage", f"{_rel(root, data)}: no candidate")
-    ids = {m["id"] for m in metas}
-    best = _archive_best(metas)
-    nodes: list[Node] = []
-    used: set[str] = set()
-    for pos, m in enumerate(metas):
-        parent = _str(m.get("parent_id"))
-        diff = None
-        if parent is not None and parent in ids:
-            diff = diff_text(text_file(root / parent / "harness.py", data),
-                             text_file(root / m["id"] / "harness.py", data))  # fmt: skip
-        nodes.append(Node(
-            id=_unique(m["id"], used, pos), parent=parent, hash=_str(m.get("hash")),
-            score=_j(m), valid=m.get("valid") is True,
-            reason=str(m.get("reason") or ""),
-            label=_archive_label(m),
-            kept=best is m, diff=_cap(diff),
-        ))  # fmt: skip
-    return Lineage(title, nodes, mark="best")
-
-
-def _archive_label(m: dict[str, Any]) -> str:
-    """"seed"; "start, iteration J" (a later harness phase's start harness) and "rescore,
-    iteration J" (an earlier candidate scored again under new weights), which are no proposals;
-    "iteration J" for the agent's candidates."""
-    it, origin = m.get("iteration"), m.get("origin")
-    if it == 0 and (origin == "start" or m.get("parent_id") is None):
-        return "seed"
-    return f"{origin}, iteration {it}" if origin in ("start", "rescore") else f"iteration {it}"
-
-
-def _j(m: dict[str, Any]) -> float | None:
-    """A candidate's accuracy (the verifier's; older records: `score`), when it was ranked."""
-    return num(_first(m, "accuracy", "score")) if m.get("valid") is True else None
-
-
-def _archive_best(metas: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The best of `metas` (in the order made) under the solver of the latest scored one."""
-    scored = [m for m in metas if _j(m) is not None]
-    if not scored:
-        return None
-    solver = scored[-1].get("solver")
-    same = [m for m in scored if m.get("solver") is None or m.get("solver") == solver]
-    return max(same, key=lambda m: _j(m) or 0.0)  # max keeps the first of equals
-
-
-def rounds_lineage(root: Path, title: str, harness_dirs: list[Path], data: RunData,
-                   seed_hash: str | None = None) -> Lineage:  # fmt: skip
-    """round_NN/ folders of adapt (or of a ratchet evaluation): candidates.json, decision.json,
-    candidate_i.diff; sources looked up as <hash>.py in `harness_dirs` when a diff is absent.
-    Node ids are r<round>.<index>, made unique with a `#pos` suffix when repeated."""
-
-    def source(h: str | None) -> str | None:
-        for d in harness_dirs:
-            if h and (text := text_file(d / f"{h}.py", data)) is not None:
-                return text
-        return None
-
-    by_hash: dict[str, str] = {}  # harness hash -> id of the node that first produced it
-    nodes: list[Node] = []
-    used: set[str] = set()
-    rounds = sorted(p for p in root.glob("round_[0-9]*") if p.is_dir())
-    for rd in rounds:
-        t = round_number(rd.name)
-        cands = json_file(rd / "candidates.json", data, "lineage")
-        decision = json_file(rd / "decision.json", data, "lineage") if os.path.lexists(
-            rd / "decision.json") else None  # fmt: skip
-        if not isinstance(cands, list):
-            continue
-        chosen = decision.get("chosen") if isinstance(decision, dict) else None
-        for pos, c in enumerate(cands):
-            if not isinstance(c, dict):
-                data.note("lineage", f"{_rel(rd, data)}/candidates.json: entry {pos} not an object")
-                continue
-            ph = _str(c.get("parent_hash"))
-            if ph and ph not in by_hash:  # the seed (or a parent made outside these rounds)
-                root_id = "seed" if ph == seed_hash or not by_hash else f"h:{ph}"
-                root_id = _unique(root_id, used, pos)
-                j = _first(decision, "parent_accuracy", "parent_score") if isinstance(
-                    decision, dict) and decision.get("parent_hash") == ph else None  # fmt: skip
-                nodes.append(Node(root_id, None, ph, num(j), True, "", "seed"))
-                by_hash[ph] = root_id
-            idx = c.get("index", pos)
-            nid = _unique(f"r{rd.name.removeprefix('round_') if t is None else t}.{idx}", used,
-                          pos)  # fmt: skip
-            h = _str(c.get("hash"))
-            diff = text_file(rd / f"candidate_{idx}.diff", data)
-            if diff is None:
-                diff = diff_text(source(ph), source(h))
-            nodes.append(Node(
-                id=nid, parent=by_hash.get(ph or ""), hash=h,
-                score=num(_first(c, "accuracy", "score")),
-                valid=c.get("valid") is True, reason=str(c.get("reason") or ""),
-                label=rd.name if t is None else f"round {t}",
-                kept=chosen == idx and chosen is not None, diff=_cap(diff),
-            ))  # fmt: skip
-            if h and h not in by_hash:
-                by_hash[h] = nid
-    if not rounds:
-        data.note("lineage", f"{_rel(root, data)}: no round_NN folder")
-    return Lineage(title, nodes)
-
-
-def _first(row: dict[str, Any], *keys: str) -> Any:
-    """The first of `keys` that `row` holds: adapt's rounds record J as `accuracy` (the
-    binary verifier, issue 21); runs of older whales as `score`."""
-    return next((row[k] for k in keys if k in row), None)
-
-
-def lineage_curve(lin: Lineage, title: str) -> Curve | None:
-    """Candidate scores and the running best against round / iteration (the label's number)."""
-    pts: list[tuple[float, float]] = []
-    for n in lin.nodes:
-        m = re.search(r"([0-9]{1,9})$", n.label)
-        x = 0.0 if n.label == "seed" else float(m.group(1)) if m else None
-        if x is not None and n.score is not None and math.isfinite(n.score):
-            pts.append((x, n.score))
-    if not pts:
-        return None
-    best, running = -float("inf"), []
-    for x in sorted({p[0] for p in pts}):
-        best = max(best, *(y for px, y in pts if px == x))
-        running.append((x, best))
-    return Curve(title, "round / iteration", "score on the scoring split",
-                 {"candidates": sorted(pts), "best so far": running})  # fmt: skip
-
-
-def proposer_compliance(lin: Lineage) -> list[Any]:
-    """[lineage, proposals, applied (a harness came out), valid, share applied]."""
-    props = [n for n in lin.nodes if n.label != "seed"
-             and not n.label.startswith(("start,", "rescore,"))]  # not the proposer's
-    applied = sum(n.hash is not None for n in props)
-    valid = sum(n.valid for n in props)
-    share = f"{applied / len(props):.0%}" if props else "-"
-    return [lin.title, len(props), applied, valid, share]
 
 
 # --- ledgers and reads -----------------------------------------------------------------------
 
 
-def ledger_metrics(path: Path, data: RunData, title: str, group_keys: tuple[str, ...]) -> Table:
+def ledger_metrics(path: Path, data: RunData, title: str, group_keys: tuple[str, ...],
+                   ledger: list[dict[str, Any]] | None = None) -> Table:  # fmt: skip
     """Capability metrics of ledger rows grouped by `group_keys` (rows of the wrong shape for
-    capability_metrics are skipped with a note)."""
+    capability_metrics are skipped with a note); `ledger`: its rows, when the caller read it
+    already (else read from `path`)."""
     from whale.analysis.curves import capability_metrics
     from whale.records import RecordError
 
     groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     bad = 0
-    for row in jsonl_rows(path, data, "metrics"):
+    for row in ledger if ledger is not None else jsonl_rows(path, data, "metrics"):
         if any(not isinstance(row.get(k), bool) for k in ("correct", "format_ok", "truncated")):
             bad += 1
             continue
         groups.setdefault(tuple(str(row.get(k, "-")) for k in group_keys), []).append(row)
     if bad:
-        data.note("metrics", f"{_rel(path, data)}: {bad} row(s) without correct/format_ok/"
+        data.note("metrics", f"{rel_path(path, data)}: {bad} row(s) without correct/format_ok/"
                              "truncated booleans, not counted")  # fmt: skip
     cols = list(group_keys) + ["n", "accuracy", "format_compliance", "truncation_rate",
                                "retrieval_accuracy", "answer_extraction"]  # fmt: skip
@@ -495,7 +408,7 @@ def ledger_metrics(path: Path, data: RunData, title: str, group_keys: tuple[str,
         try:
             m = capability_metrics(grp)
         except RecordError as e:
-            data.note("metrics", f"{_rel(path, data)} {key}: {e}")
+            data.note("metrics", f"{rel_path(path, data)} {key}: {e}")
             continue
         rows.append([*key, *(m[c] for c in cols[len(group_keys) :])])
     return Table(title, cols, rows[:MAX_ROWS])
@@ -509,14 +422,14 @@ def split_reads(data: RunData) -> None:
         r = json_file(path, data, "reads")
         if isinstance(r, dict):
             hs = r.get("harnesses")
-            rows.append([_rel(path, data), "eval", str(r.get("at", "-")), _short(r.get("purpose")),
-                         len(hs) if isinstance(hs, list) else "-", r.get("n", "-"),
-                         r.get("resumed", 0)])  # fmt: skip
+            rows.append([rel_path(path, data), "eval", str(r.get("at", "-")),
+                         _short(r.get("purpose")), len(hs) if isinstance(hs, list) else "-",
+                         r.get("n", "-"), r.get("resumed", 0)])  # fmt: skip
     for path in sorted(data.run_dir.glob("*/reads.jsonl")):
         for r in jsonl_rows(path, data, "reads"):
             at = num(r.get("at"))
             when = _iso(at) if at is not None else "-"
-            rows.append([_rel(path, data), "eval", when,
+            rows.append([rel_path(path, data), "eval", when,
                          f"cycle {r.get('cycle')} after {r.get('boundary')} "
                          f"({r.get('training_rollouts')} training rollouts)",
                          1, r.get("n", "-"), "-"])  # fmt: skip

@@ -12,6 +12,9 @@
   evaluation readings per family, teacher acceptance and proposals that applied;
 - eval: the ledger metrics of one `whale eval` run.
 
+Each kind also gets its lead, the answer the page opens with (report_lead.py), built from what
+its loader read (the ledger rows, the lineage, the reads, schedule_summary's costs).
+
 `whale.analysis.curves` reads the cotrain ledgers and reads with its own (trusting) reader, so
 before calling it every file it would open is checked with `unsafe_reason`; when one is a link
 out of the run, a FIFO or over the size limit, curves is not called and the reads are drawn
@@ -30,19 +33,28 @@ from whale.analysis.report_data import (
     Curve,
     RunData,
     Table,
-    archive_lineage,
     json_file,
     jsonl_rows,
     ledger_metrics,
-    lineage_curve,
     load_config,
     num,
-    proposer_compliance,
-    rounds_lineage,
     run_kind,
     schedule_dirs,
     split_reads,
     unsafe_reason,
+)
+from whale.analysis.report_lead import (
+    adapt_lead,
+    cotrain_lead,
+    eval_lead,
+    proposer_lead,
+    search_lead,
+)
+from whale.analysis.report_lineage import (
+    archive_lineage,
+    lineage_curve,
+    proposer_compliance,
+    rounds_lineage,
 )
 
 
@@ -77,12 +89,15 @@ def _seed_hash(data: RunData) -> str | None:
 
 def _adapt(data: RunData) -> None:
     d = data.run_dir
-    lin = rounds_lineage(d, "adapt rounds", [d / "harnesses"], data, _seed_hash(data))
+    seed = _seed_hash(data)
+    lin = rounds_lineage(d, "adapt rounds", [d / "harnesses"], data, seed)
     data.lineages.append(lin)
     if c := lineage_curve(lin, "adapt: candidate scores per round"):
         data.curves.append(c)
+    ledger = jsonl_rows(d / "outcomes.jsonl", data, "metrics")
     data.metrics.append(ledger_metrics(d / "outcomes.jsonl", data, "ledger by split and harness",
-                                       ("split", "harness")))  # fmt: skip
+                                       ("split", "harness"), ledger))  # fmt: skip
+    data.lead = adapt_lead(data, lin, ledger, list(range(len(data.curves))), seed)
 
 
 def _search(data: RunData) -> None:
@@ -91,8 +106,10 @@ def _search(data: RunData) -> None:
     data.lineages.append(lin)
     if c := lineage_curve(lin, "search: candidate scores per iteration"):
         data.curves.append(c)
+    ledger = jsonl_rows(d / "outcomes.jsonl", data, "metrics")
     data.metrics.append(ledger_metrics(d / "outcomes.jsonl", data, "ledger by split and harness",
-                                       ("split", "harness")))  # fmt: skip
+                                       ("split", "harness"), ledger))  # fmt: skip
+    data.lead = search_lead(data, lin, ledger, list(range(len(data.curves))))
     sessions = sorted((d / "sessions").glob("c*.json")) if (d / "sessions").is_dir() else []
     if sessions:
         data.compliance.append(_sessions_table(sessions, data, "search sessions"))
@@ -112,15 +129,17 @@ def _sessions_table(paths: list[Path], data: RunData, title: str) -> Table:
 
 
 def _cotrain(data: RunData) -> None:
-    from whale.analysis.curves import curve_rows, phase_table
+    from whale.analysis.curves import curve_rows, phase_table, schedule_summary
     from whale.records import RecordError
 
     d = data.run_dir
     refused = _refused_by_curves(d)
+    costs: list[dict[str, Any]] = []  # schedule_summary: only of reads the ledger confirms
     try:
         if refused:
             raise RecordError(f"{refused}: not read")
         reads = curve_rows(d)
+        costs = schedule_summary(d)
     except RecordError as e:
         data.note("curves", f"reads not checked against the ledger: {e}")
         reads = [r for s in schedule_dirs(d) for r in jsonl_rows(s / "reads.jsonl", data, "curves")]
@@ -135,6 +154,7 @@ def _cotrain(data: RunData) -> None:
                                  "eval accuracy", series))  # fmt: skip
     else:
         data.note("curves", "no eval read to draw")
+    data.lead = cotrain_lead(data, reads, costs, [0] if series else [])
     try:
         if refused:
             raise RecordError(f"{refused}: not read")
@@ -233,6 +253,8 @@ def _proposer(data: RunData) -> None:
                                      ["proposer", "family", "valid", "proposals", "share"],
                                      [[r[0], r[1], r[6], r[7], _share(r[6], r[7])]
                                       for r in rows]))  # fmt: skip
+    data.lead = proposer_lead(data, [r for r in rs if isinstance(r, dict)] if isinstance(
+        rs, list) else [], list(range(len(data.curves))))  # fmt: skip
     teacher = d / "teacher" / "summary.json"
     t = json_file(teacher, data, "compliance") if teacher.exists() else None
     if isinstance(t, dict):
@@ -247,6 +269,8 @@ def _share(a: Any, b: Any) -> str:
 
 
 def _eval(data: RunData) -> None:
+    ledger = jsonl_rows(data.run_dir / "outcomes.jsonl", data, "metrics")
     data.metrics.append(ledger_metrics(data.run_dir / "outcomes.jsonl", data, "eval outcomes",
-                                       ("harness",)))  # fmt: skip
+                                       ("harness",), ledger))  # fmt: skip
+    data.lead = eval_lead(data, ledger)
     data.note("lineage", "a single eval: no candidates")

@@ -26,17 +26,20 @@ from __future__ import annotations
 
 import importlib
 import os
+import typing
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
-TrackerKind = Literal["none", "mlflow", "wandb"]
-TRACKER_KINDS: tuple[str, ...] = ("none", "mlflow", "wandb")
+from whale.config import TrackerKind
+from whale.errors import WhaleError
+
+TRACKER_KINDS: tuple[TrackerKind, ...] = typing.get_args(TrackerKind)
 EXPERIMENT = "whale"
 _PARAM_CHARS = 500
 
 
-class TrackingUnavailable(RuntimeError):
+class TrackingUnavailable(WhaleError, RuntimeError):
     """The tracking package of the chosen kind is not installed."""
 
 

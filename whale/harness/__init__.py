@@ -2,11 +2,18 @@
 
 from pathlib import Path
 
-from whale.harness.broker import Retriever, Runtime, harness_hash
+from whale.harness.broker import Retriever, harness_hash
 from whale.harness.budget import Budget, Limits, PythonToolLimits
+from whale.harness.runtime import Executor, ExecutorUnavailable, Rollout, Runtime
 from whale.harness.sandbox import Sandbox, SandboxUnavailable
 from whale.harness.settings import RuntimeConfig, make_runtime
-from whale.harness.trajectory import STATUSES, TRAJECTORY_VERSION, Trajectory
+from whale.harness.trajectory import (
+    STATUSES,
+    TRAJECTORY_VERSION,
+    Failure,
+    Trajectory,
+    read_failure,
+)
 
 SEEDS_DIR = Path(__file__).parent / "seeds"
 
@@ -29,7 +36,8 @@ def load_harness(name_or_path: str) -> str:
 
 
 __all__ = [
-    "Budget", "Limits", "PythonToolLimits", "Retriever", "Runtime", "RuntimeConfig", "Sandbox",
-    "SandboxUnavailable", "STATUSES", "TRAJECTORY_VERSION", "Trajectory", "harness_hash",
-    "load_harness", "make_runtime", "seed_names", "SEEDS_DIR",
+    "Budget", "Executor", "ExecutorUnavailable", "Failure", "Limits", "PythonToolLimits",
+    "Retriever", "Rollout", "Runtime", "RuntimeConfig", "Sandbox", "SandboxUnavailable",
+    "STATUSES", "TRAJECTORY_VERSION", "Trajectory", "harness_hash", "load_harness",
+    "make_runtime", "read_failure", "seed_names", "SEEDS_DIR",
 ]  # fmt: skip

@@ -1,16 +1,19 @@
 """The broker: runs one harness on one question in a jailed worker and records the trajectory.
 
-Every `env.llm` / `env.tools.*` call arrives over a pipe; the broker checks the budget, makes
-the call (model backend, nested python sandbox, retriever), appends the event to the
-trajectory and replies. A run ends with one of the statuses of `trajectory.STATUSES`; a bad
-harness is data, never an exception out of `Runtime.run`.
+`run_harness(host, ...)` serves one run for the Runtime that asks (whale.harness.runtime; the
+broker sees it only as a `RunHost`: its settings, its cancel switch, a fresh worker). Every
+`env.llm` / `env.tools.*` call arrives over a pipe; the broker checks the budget, makes the
+call (model backend, nested python sandbox, retriever), appends the event to the trajectory
+and replies. A run ends with one of the statuses of `trajectory.STATUSES` (and, where its
+error names a boundary, a `trajectory.Failure`); a bad harness is data, never an exception
+out of `run_harness`.
 
 Before a worker starts, the source is checked against the `run` contract (contract.py; a
-fault is status `error`, "load: ..."). The parent never blocks on the harness: replies are
-written to a non-blocking pipe by the run's deadline (a harness that stops reading is
-`killed`), error replies are cut to ERROR_CHARS, and requests with JSON the broker refuses
-(streams.scrub: too deep, numbers out of range or not finite) get an error reply while the
-run goes on. `Runtime.cancel()` ends every run of a Runtime as `killed`, "cancelled".
+fault is status `error`, failure LOAD, "load: ..."). The parent never blocks on the harness:
+replies are written to a non-blocking pipe by the run's deadline (a harness that stops
+reading is `killed`), error replies are cut to ERROR_CHARS, and requests with JSON the broker
+refuses (streams.scrub: too deep, numbers out of range or not finite) get an error reply
+while the run goes on. The host's cancel switch ends every run as `killed`, "cancelled".
 
 An `llm` request out of range (calls.check_llm_args: sampling values, unknown arguments;
 calls.check_prompt_size: messages too long for the model's context) is refused before any
@@ -19,7 +22,6 @@ backend call: an error reply, and a `refused` event on the trajectory.
 
 from __future__ import annotations
 
-import atexit
 import dataclasses
 import functools
 import hashlib
@@ -29,16 +31,16 @@ import py_compile
 import selectors
 import sys
 import time
-import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-from whale.harness import worker as wire
+import whale.harness.worker as wire
 from whale.harness.budget import Budget, Limits, PythonToolLimits
 from whale.harness.calls import (
     BadCall,
+    Ending,
     Refused,
     Rejected,
     check_llm_args,
@@ -46,7 +48,6 @@ from whale.harness.calls import (
     done_outcome,
 )
 from whale.harness.contract import run_contract_fault
-from whale.harness.pool import WorkerPool
 from whale.harness.sandbox import Jailed, Sandbox, python_executable
 from whale.harness.streams import (
     BadRequest,
@@ -57,14 +58,10 @@ from whale.harness.streams import (
     drain_rest,
     parse,
     plain,
-    python_tool,
     write_frame,
 )
-from whale.harness.trajectory import ModelCall, Status, ToolCall, Trajectory
-from whale.models.base import ChatModel, ModelError, ModelTimeout, Sampling, prompt_char_limit
-
-if TYPE_CHECKING:
-    from whale.harness.executor import Executor
+from whale.harness.trajectory import Failure, ModelCall, Status, ToolCall, Trajectory
+from whale.models.base import ChatModel, ModelError, ModelTimeout, Sampling
 
 WORKER_SOURCE = str(Path(wire.__file__).resolve())
 WORKER_INSIDE = "/whale/worker.pyc"
@@ -78,7 +75,7 @@ MAX_REJECTED_EVENTS = 32
 @functools.cache
 def worker_file() -> str:
     """worker.py compiled once per version (the jail has no writable __pycache__, and
-    compiling it on every start cost about 2 ms of each run)."""
+    compiling it on every start cost time in each run: docs/measurements.md)."""
     data = Path(WORKER_SOURCE).read_bytes()
     digest = hashlib.sha256(data).hexdigest()[:16]
     # In the user's cache, not a shared /tmp where another user could plant a file.
@@ -104,7 +101,7 @@ def harness_hash(source: str) -> str:
 
 
 @dataclass
-class _Worker:
+class Worker:
     """A started jailed worker that has not run anything yet, and its two pipe ends."""
 
     jailed: Jailed
@@ -126,7 +123,7 @@ class _Worker:
                 stream.close()
 
 
-def spawn_worker(sandbox: Sandbox, limits: Limits) -> _Worker:
+def spawn_worker(sandbox: Sandbox, limits: Limits) -> Worker:
     rx_parent, tx_child = os.pipe()  # child -> parent
     rx_child, tx_parent = os.pipe()  # parent -> child
     # The parent never blocks on a harness that stops reading: see streams.write_frame.
@@ -145,149 +142,60 @@ def spawn_worker(sandbox: Sandbox, limits: Limits) -> _Worker:
     finally:
         os.close(rx_child)
         os.close(tx_child)
-    return _Worker(jailed, rx_parent, tx_parent)
+    return Worker(jailed, rx_parent, tx_parent)
 
 
 class _Stop(Exception):
-    def __init__(self, status: Status, error: str) -> None:
+    def __init__(self, status: Status, error: str, failure: Failure | None = None) -> None:
         super().__init__(error)
-        self.status, self.error = status, error
+        self.ending = Ending(status, error, None, failure)
 
 
-def _close_fds(*fds: int) -> None:
-    for fd in fds:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-
-
-@dataclass
-class Runtime:
-    """Runs harnesses. One Runtime is shared by many concurrent runs (it holds no run state
-    but the cancel switch)."""
-
-    model: ChatModel | None = None
-    budget: Budget = field(default_factory=Budget)
-    limits: Limits = field(default_factory=Limits)
-    python_limits: PythonToolLimits = field(default_factory=PythonToolLimits)
-    sandbox: Sandbox = field(default_factory=Sandbox)
-    temperature: float = 0.0
-    seed: int | None = 0
-    # The most characters of message text one model call may carry (more is refused before
-    # sending); None: the model's own bound (models.base.prompt_char_limit), where it has one.
-    prompt_chars: int | None = None
-    # Fresh workers kept started ahead of need (see pool.py); 0 starts each on demand.
-    warm: int = 0
-    # Where evaluate() runs this Runtime's rollouts (whale.harness.executor); None: a local
-    # thread pool of the command's workers. Closed by close().
-    executor: Executor | None = field(default=None, repr=False, compare=False)
-    _on_cancel: list[Callable[[], None]] = field(
-        default_factory=list, init=False, repr=False, compare=False
-    )
-    _pool: WorkerPool[_Worker] | None = field(default=None, init=False, repr=False, compare=False)
-    _cancelled: bool = field(default=False, init=False, repr=False, compare=False)
-    # A pipe that becomes readable, for good, on cancel(): every wait of every run watches it.
-    _wake: tuple[int, int] = field(default=(-1, -1), init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        r, w = os.pipe()
-        os.set_blocking(w, False)
-        self._wake = (r, w)
-        weakref.finalize(self, _close_fds, r, w)
-
-    def _take_worker(self) -> _Worker:
-        if self.warm <= 0:
-            return spawn_worker(self.sandbox, self.limits)
-        if self._pool is None:
-            self._pool = WorkerPool(lambda: spawn_worker(self.sandbox, self.limits), self.warm,
-                                    fillers=min(4, os.cpu_count() or 1))  # fmt: skip
-            atexit.register(self._pool.close)
-        pool = self._pool
-        w = pool.take()
-        if self._cancelled:  # cancel() came while this pool was being made: stop its fillers
-            pool.close()
-        return w
-
-    def close(self) -> None:
-        """Stop the warm workers (they also exit by themselves when this process ends) and
-        close the executor (a Ray cluster whale started is shut down)."""
-        self._close_pool()
-        close = getattr(self.executor, "close", None)
-        if close is not None:
-            close()
-
-    def _close_pool(self) -> None:
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
-
-    def on_cancel(self, hook: Callable[[], None]) -> Callable[[], None]:
-        """Call `hook` on cancel() (at once if cancel() came already); returns the function
-        that removes it. An executor uses it to stop rollouts that run elsewhere."""
-        self._on_cancel.append(hook)
-        if self._cancelled:
-            hook()
-
-        def remove() -> None:
-            try:
-                self._on_cancel.remove(hook)
-            except ValueError:
-                pass
-
-        return remove
-
-    def prompt_char_limit(self) -> int | None:
-        """The bound `_llm` applies to a call's message text (None: none)."""
-        return self.prompt_chars if self.prompt_chars is not None else prompt_char_limit(self.model)
-
-    def wake_fd(self) -> int:
-        """The read end of the cancel pipe: readable once cancel() was called."""
-        return self._wake[0]
+class RunHost(Protocol):
+    """What one run asks of the Runtime that started it (whale.harness.runtime.Runtime): its
+    settings, its cancel switch and a fresh worker. The broker sits below the Runtime and
+    never imports it."""
 
     @property
-    def cancelled(self) -> bool:
-        return self._cancelled
+    def model(self) -> ChatModel | None: ...
+    @property
+    def budget(self) -> Budget: ...
+    @property
+    def limits(self) -> Limits: ...
+    @property
+    def python_limits(self) -> PythonToolLimits: ...
+    @property
+    def sandbox(self) -> Sandbox: ...
+    @property
+    def temperature(self) -> float: ...
+    @property
+    def seed(self) -> int | None: ...
+    @property
+    def cancelled(self) -> bool: ...
 
-    def cancel(self) -> None:
-        """Kill every in-flight run of this Runtime and refuse new ones (for Ctrl-C).
+    def wake_fd(self) -> int:
+        """Readable once the host was cancelled: every wait of a run watches it."""
+        ...
 
-        Each run's `run()` returns a Trajectory with status `killed`, error `cancelled`: at
-        once from a wait on its worker, a stalled reply or the python tool; a run inside a
-        model call returns when that call does (its timeout bounds it). Later `run()` calls
-        return the same without starting a worker. There is no undo. Safe from any thread
-        and from a signal handler (it takes no lock but the warm pool's reentrant one); the
-        `on_cancel` hooks run in the calling thread (an executor's: no waiting either)."""
-        self._cancelled = True
-        try:
-            os.write(self._wake[1], b"x")  # never read: it stays readable
-        except BlockingIOError:  # already full of earlier cancels
-            pass
-        self._close_pool()
-        for hook in list(self._on_cancel):
-            try:
-                hook()
-            except Exception:  # noqa: BLE001, S110 - one hook's failure must not skip the rest
-                pass
+    def prompt_char_limit(self) -> int | None: ...
 
-    def run(
-        self,
-        source: str,
-        question: str,
-        question_id: str = "q",
-        retriever: Retriever | None = None,
-    ) -> Trajectory:
-        return _Run(self, source, question, question_id, retriever).execute()
+    def run_python(self, code: str, timeout: float | None) -> dict[str, Any]: ...
 
-    def run_python(self, code: str, timeout: float | None) -> dict[str, Any]:
-        """The nested python tool: a fresh jailed interpreter per call (streams.python_tool)."""
-        return python_tool(self.sandbox, self.python_limits, code, timeout, self.wake_fd())
+    def _take_worker(self) -> Worker:
+        """A started worker that has run nothing yet (the run discards it when it ends)."""
+        ...
+
+
+def run_harness(host: RunHost, source: str, question: str, question_id: str = "q",
+                retriever: Retriever | None = None) -> Trajectory:  # fmt: skip
+    """Run `source` on `question` in a fresh worker of `host`; never raises for the harness."""
+    return _Run(host, source, question, question_id, retriever).execute()
 
 
 class _Run:
     def __init__(
         self,
-        rt: Runtime,
+        rt: RunHost,
         source: str,
         question: str,
         question_id: str,
@@ -320,34 +228,36 @@ class _Run:
         t0 = time.monotonic()
         self.traj.started_at = time.time()
         self.deadline = t0 + self.rt.budget.run_timeout_s
-        w: _Worker | None = None
+        w: Worker | None = None
         try:
             if self.rt.cancelled:
                 raise _Stop("killed", "cancelled")
             self.traj.sandbox = self.rt.sandbox.resolved()
             fault = run_contract_fault(self.source)
             if fault is not None:
-                raise _Stop("error", f"load: harness {fault}")
+                raise _Stop("error", f"load: harness {fault}", Failure.LOAD)
             w = self.rt._take_worker()
             tools = ["python"] + (["retrieve"] if self.retriever is not None else [])
             init = {"source": self.source, "question": self.question, "tools": tools}
             self._send(w.tx, {**init, "budget": self.left()})
-            status, error, answer = self._serve(w.jailed, w.rx, w.tx)
+            end = self._serve(w.jailed, w.rx, w.tx)
         except _Stop as stop:
-            status, error, answer = stop.status, stop.error, None
+            end = stop.ending
         except Exception as e:  # noqa: BLE001 - the sandbox itself failed to start
-            status, error, answer = "crashed", f"runtime: {type(e).__name__}: {e}", None
+            end = Ending("crashed", f"runtime: {type(e).__name__}: {e}", None, Failure.RUNTIME)
         finally:
             if w is not None:
                 w.discard()
-        if self.refused and status in ("ok", "error"):
-            status = "budget_exceeded"
-            error = error or "harness: a budget was exceeded (see refused events)"
-        self.traj.status, self.traj.error, self.traj.answer = status, error, answer
+        if self.refused and end.status in ("ok", "error"):
+            end = Ending("budget_exceeded",
+                         end.error or "harness: a budget was exceeded (see refused events)",
+                         end.answer, end.failure or Failure.HARNESS)  # fmt: skip
+        t = self.traj
+        t.status, t.error, t.answer, t.failure = end.status, end.error, end.answer, end.failure
         self.traj.wall_s = time.monotonic() - t0
         return self.traj
 
-    def _serve(self, jailed: Jailed, rx: int, tx: int) -> tuple[Status, str | None, str | None]:
+    def _serve(self, jailed: Jailed, rx: int, tx: int) -> Ending:
         proc = jailed.proc
         assert proc.stdout is not None and proc.stderr is not None
         tails = {"out": Tail(), "err": Tail()}
@@ -427,7 +337,7 @@ class _Run:
         except BrokenPipeError:
             raise _Stop("crashed", "worker exited without an answer (it closed its pipe)") from None
 
-    def _exited(self, jailed: Jailed) -> tuple[Status, str | None, str | None]:
+    def _exited(self, jailed: Jailed) -> Ending:
         try:
             rc = jailed.proc.wait(timeout=2)
         except Exception:  # noqa: BLE001

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from whale.harness.budget import Budget
-from whale.harness.trajectory import Status
+from whale.harness.trajectory import Failure, Status
 from whale.models.base import MAX_TEMPERATURE, Sampling
 
 
@@ -107,18 +107,27 @@ def _show(x: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def done_outcome(
-    msg: dict[str, Any], answer_chars: int | None = None
-) -> tuple[Status, str | None, str | None]:
-    """Status, error and answer of the worker's `done` message; an answer longer than
-    `answer_chars` is an error (and is not kept)."""
+class Ending(NamedTuple):
+    """How a run ended: its status, error, answer and failure kind (trajectory.Failure)."""
+
+    status: Status
+    error: str | None = None
+    answer: str | None = None
+    failure: Failure | None = None
+
+
+def done_outcome(msg: dict[str, Any], answer_chars: int | None = None) -> Ending:
+    """The ending the worker's `done` message reports; an answer longer than `answer_chars`
+    is an error (and is not kept). The worker runs beside the harness, so whatever fails
+    there is the harness's: LOAD when the worker says its module did not load, else HARNESS."""
     status = msg.get("status")
     if status == "ok" and isinstance(msg.get("answer"), str):
         n = len(msg["answer"])
         if answer_chars is not None and n > answer_chars:
-            return "error", f"harness: answer of {n} chars is over limits.answer_chars = " \
-                f"{answer_chars}", None
-        return "ok", None, msg["answer"]
+            return Ending("error", f"harness: answer of {n} chars is over limits.answer_chars "
+                                   f"= {answer_chars}", None, Failure.HARNESS)  # fmt: skip
+        return Ending("ok", None, msg["answer"])
     if status in ("error", "budget_exceeded"):
-        return status, str(msg.get("error", ""))[:4000], None
-    return "error", "harness: malformed done message", None
+        kind = Failure.LOAD if msg.get("failure") == Failure.LOAD.value else Failure.HARNESS
+        return Ending(status, str(msg.get("error", ""))[:4000], None, kind)
+    return Ending("error", "harness: malformed done message", None, Failure.HARNESS)

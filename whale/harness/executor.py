@@ -1,6 +1,7 @@
-"""Where rollouts run: the executor seam of `whale.evaluate.evaluate`.
+"""Where rollouts run: the executors of `whale.evaluate.evaluate`, and their config.
 
-An `Executor` has one verb, `stream`: run one harness on many questions and hand back each
+An `Executor` (the protocol, in whale.harness.runtime, beside the Runtime that holds one) has
+one verb, `stream`: run one harness on many questions for a given Runtime and hand back each
 finished run, as `(index, Trajectory)`, in completion order, to the one caller that grades
 and records it (the caller stays the single writer of the run directory). Two exist:
 
@@ -20,45 +21,15 @@ import importlib.util
 from collections.abc import Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
+from typing import Any, Literal
 
 from whale.config import at_least
+from whale.harness.broker import Retriever
+from whale.harness.runtime import Executor, ExecutorUnavailable, Rollout, Runtime
 from whale.harness.trajectory import Trajectory
-
-if TYPE_CHECKING:
-    from whale.harness.broker import Retriever, Runtime
 
 ExecutorKind = Literal["local", "ray"]
 RAY_MISSING = "the ray executor needs Ray: pip install 'whale[ray]'"
-
-
-class ExecutorUnavailable(RuntimeError):
-    """The configured executor cannot run here (Ray not installed, no cluster, a model that
-    cannot be reached from the actors)."""
-
-
-class Rollout(NamedTuple):
-    """One run to make: the question's id (for the trajectory) and its prompt."""
-
-    question_id: str
-    prompt: str
-
-
-class Executor(Protocol):
-    def stream(
-        self,
-        runtime: Runtime,
-        source: str,
-        rollouts: Sequence[Rollout],
-        workers: int,
-        retriever: Retriever | None,
-    ) -> Generator[tuple[int, Trajectory], None, None]:
-        """Run `source` on every rollout and yield `(index into rollouts, trajectory)` as each
-        run ends, each index exactly once. A run's failure is its trajectory's status, never
-        an exception. `workers`: the caller's concurrency (an executor may bound its own).
-        On KeyboardInterrupt or SystemExit inside the stream, or `runtime.cancel()`, the runs
-        in flight are stopped and not yielded; closing the iterator early stops the rest."""
-        ...
 
 
 class LocalPool:
@@ -156,6 +127,7 @@ def make_executor(cfg: ExecutorConfig) -> Executor | None:
         return None
     if not ray_available():
         raise ExecutorUnavailable(RAY_MISSING)
+    # Imported here: Ray is optional. ray_executor imports nothing of this module (no cycle).
     from whale.harness.ray_executor import shared_executor
 
     # One per config and process (its cluster and actors outlive each Runtime; closed at exit)
@@ -166,3 +138,7 @@ def make_executor(cfg: ExecutorConfig) -> Executor | None:
 # The dotted config fields of `runtime.executor`: a resumed run may change them all (where
 # rollouts run never changes what they produce; the ledger fingerprint leaves them out).
 EXECUTOR_RESUMABLE = frozenset(f"runtime.executor.{f.name}" for f in fields(ExecutorConfig))
+
+__all__ = ["EXECUTOR_RESUMABLE", "RAY_MISSING", "Executor", "ExecutorConfig", "ExecutorKind",
+           "ExecutorUnavailable", "LocalPool", "Rollout", "make_executor", "ray_available",
+           "remote_fault"]  # fmt: skip

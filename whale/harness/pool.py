@@ -1,9 +1,9 @@
 """A warm pool of fresh jailed workers.
 
-Starting a jail and an interpreter costs ~10-15 ms of CPU; when many runs end together (they
-wait on the same model server) their starts pile up on the CPU. The pool starts replacement
-workers in the background while runs wait on the model, so a run takes a worker that is
-already up. Every worker still serves exactly one run: a pooled worker has run nothing yet,
+Starting a jail and an interpreter costs CPU (docs/measurements.md); when many runs end
+together (they wait on the same model server) their starts pile up on the CPU. The pool starts
+replacement workers in the background while runs wait on the model, so a run takes a worker
+that is already up. Every worker still serves exactly one run: a pooled worker has run nothing yet,
 it only waits for its first message, so isolation between runs is unchanged.
 
 A jail dies with the thread that started it (PR_SET_PDEATHSIG, see sandbox.py), so the filler

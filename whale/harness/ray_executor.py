@@ -35,9 +35,9 @@ The cluster: `address` None or "local" starts a local cluster (`num_cpus`, no da
 `close()` and an atexit hook shut down; when Ray was already initialized in this process
 (a test's shared cluster), that one is used and left running; any other address connects
 to a running cluster, which is left running (only this executor's actors are killed).
-Measured on this machine (ray 2.60): after the driver is SIGKILLed, gcs_server, raylet, the
-actors and their jails exit by themselves within 3 s, but Ray's DashboardAgent and
-RuntimeEnvAgent lived on for about 60 s. So a local cluster comes with a reaper
+After the driver is SIGKILLed, gcs_server, raylet, the actors and their jails exit by
+themselves, but Ray's DashboardAgent and RuntimeEnvAgent were seen to live on far longer
+(ray 2.60, docs/measurements.md). So a local cluster comes with a reaper
 (whale.harness.ray_support, beside the tally of a lost try's tokens), a small
 process that waits on a pipe from the driver and, once it closes (the driver ended in any
 way), SIGKILLs the cluster's processes that were up after `ray.init` (pid and start time),
@@ -76,10 +76,10 @@ from urllib.parse import urlparse
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, TaskCancelledError
 
-from whale.harness.broker import Retriever, Runtime, harness_hash
+from whale.harness.broker import Retriever, harness_hash
 from whale.harness.budget import Budget, Limits, PythonToolLimits
-from whale.harness.executor import ExecutorUnavailable, Rollout
 from whale.harness.ray_support import Reporting, Tally, descendants, start_reaper, take
+from whale.harness.runtime import ExecutorUnavailable, Rollout, Runtime
 from whale.harness.sandbox import Sandbox
 from whale.harness.trajectory import Status, Trajectory
 from whale.models.base import ChatModel

@@ -66,13 +66,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from whale.harness import cgroups, uids
+import whale.harness.cgroups as cgroups
+import whale.harness.uids as uids
+from whale.errors import WhaleError
 from whale.harness.budget import Limits
 
 SandboxKind = Literal["auto", "nsjail", "bwrap", "unsafe"]
 
 
-class SandboxUnavailable(RuntimeError):
+class SandboxUnavailable(WhaleError, RuntimeError):
     pass
 
 
@@ -190,8 +192,8 @@ def _launch(
 
     With sh, setpriv and prlimit this is a chain of execs (sh joins the cgroups, setpriv sets
     the parent-death signal, prlimit the rlimits), which lets subprocess use vfork: a
-    preexec_fn forces a full fork of this process, ~4 ms for a bare interpreter and more
-    the bigger the parent. Without those tools, the same steps run in a preexec_fn."""
+    preexec_fn forces a full fork of this process, slower the bigger the parent
+    (docs/measurements.md). Without those tools, the same steps run in a preexec_fn."""
     tools = _tools()
     if tools is None:
         return cmd, _preexec(group, limits)

@@ -6,9 +6,9 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from whale.config import above, at_least, part
-from whale.harness.broker import Runtime
 from whale.harness.budget import Budget, Limits, PythonToolLimits
 from whale.harness.executor import ExecutorConfig, make_executor
+from whale.harness.runtime import Runtime
 from whale.harness.sandbox import Sandbox, SandboxKind
 from whale.models.base import MAX_TEMPERATURE, ChatModel
 

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Literal
 
-TRAJECTORY_VERSION = 1
+# 2: `failure` (the kind of a failed run, `Failure`). A version-1 record reads as version 2,
+# its failure kind derived from its error text (`read_failure`).
+TRAJECTORY_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 # Text one trajectory records across its events. Past it, each string of a new event is kept
 # as its head and tail (`clipped_chars` counts what was left out): a harness within its
 # message and output limits could otherwise write hundreds of MB per candidate into the
@@ -21,6 +25,39 @@ CLIP_KEEP = 2000
 
 Status = Literal["ok", "error", "timeout", "budget_exceeded", "crashed", "killed"]
 STATUSES: tuple[Status, ...] = ("ok", "error", "timeout", "budget_exceeded", "crashed", "killed")
+
+
+class Failure(StrEnum):
+    """The boundary a failed run's error is attributed to, set where the error is made (the
+    worker, the broker). Its value is the prefix of the error text ("load: ..."), kept there
+    for people and for records written before this field.
+
+    - LOAD: the harness never ran: it breaks the `run` contract, does not compile, or raised
+      while its module was executed (status `error`).
+    - HARNESS: its `run` raised, returned no string or an over-long one, sent a malformed
+      `done`, or ran out of a budget (status `error` or `budget_exceeded`).
+    - RUNTIME: whale's side failed: the jail could not be started (status `crashed`).
+
+    None for a run that ended `ok`, and for a run the broker ended (`timeout`, `killed`: a
+    limit or a cancel, `crashed`: the worker died, or a Ray worker was lost twice): its
+    status says what happened and its error says why."""
+
+    LOAD = "load"
+    HARNESS = "harness"
+    RUNTIME = "runtime"
+
+
+def read_failure(record: dict[str, Any]) -> Failure | None:
+    """The failure kind of a trajectory or ledger record: its `failure` field; for a record
+    written before the field existed (no such key), the kind named by its error text's prefix
+    ("load: ..."). This is the one place that reads the prefix. ValueError for a value that
+    is no kind."""
+    if "failure" in record:
+        value = record["failure"]
+        return None if value is None else Failure(value)
+    error = record.get("error")
+    head = error.split(":", 1)[0] if isinstance(error, str) and ":" in error else None
+    return Failure(head) if head in {f.value for f in Failure} else None
 
 
 @dataclass
@@ -68,6 +105,8 @@ class Trajectory:
     # Tokens of the model calls made by those lost tries (paid, though their trajectories
     # died with the worker), as the worker's broker reported them; counted by tokens().
     lost_tokens: int = 0
+    # Whose fault a failed run was, where its error names one (see Failure); None otherwise.
+    failure: Failure | None = None
 
     def __post_init__(self) -> None:
         self._recorded = sum(_text_size(e) for e in self.events)
@@ -104,16 +143,20 @@ class Trajectory:
         self.events.append({"kind": "refused", "op": op, "reason": reason})
 
     def to_dict(self) -> dict[str, Any]:
-        # Shallow: events are plain dicts already, and a deep copy (dataclasses.asdict) cost
-        # ~10 ms per candidate when the search archives 25 trajectories.
+        # Shallow: events are plain dicts already, and a deep copy (dataclasses.asdict) was a
+        # cost the search paid for every trajectory it archives (docs/measurements.md).
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Trajectory:
+        """A record as `to_dict` wrote it, of any version in READABLE_VERSIONS (read as the
+        current one); ValueError for another version or a failure that is no kind."""
         version = d.get("version")
-        if version != TRAJECTORY_VERSION:
-            raise ValueError(f"trajectory version {version!r} is not {TRAJECTORY_VERSION}")
-        return _from_dict(cls, d)
+        if version not in READABLE_VERSIONS:
+            raise ValueError(f"trajectory version {version!r} is not one of {READABLE_VERSIONS}")
+        # Version 1 had no `failure`: read_failure derives it from the error text.
+        failure = read_failure(d)
+        return _from_dict(cls, {**d, "failure": failure, "version": TRAJECTORY_VERSION})
 
 
 def _text_size(x: Any) -> int:

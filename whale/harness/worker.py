@@ -6,7 +6,7 @@ enforces the budget, makes the call and records it; this side keeps no record th
 
 Wire format: 4-byte big-endian length, then the payload. Worker to parent: JSON (the parent
 decodes untrusted bytes only with `json`). Parent to worker: `marshal` (trusted, and it needs
-no import: `json` pulls in `re`, which costs ~5 ms of start-up per run).
+no import: `json` pulls in `re`, which slows every run's start-up; docs/measurements.md).
 """
 
 from __future__ import annotations
@@ -215,7 +215,9 @@ def main() -> None:
     try:
         run = _load(init["source"])
     except BaseException as e:  # noqa: BLE001 - every failure is data
-        _done(wfd, {"op": "done", "status": "error", "error": f"load: {_describe(e)}"})
+        # "failure": the broker's Failure.LOAD (this file imports nothing of whale)
+        _done(wfd, {"op": "done", "status": "error", "failure": "load",
+                    "error": f"load: {_describe(e)}"})  # fmt: skip
         return
     try:
         answer = run(init["question"], Env(link, init.get("tools", [])))

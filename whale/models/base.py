@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from whale.errors import WhaleError
+
 Message = dict[str, Any]
 
 # The range of temperatures a request may carry: the OpenAI API's. llama.cpp takes any value
@@ -94,7 +96,7 @@ class Completion:
     tool_calls: list[dict[str, str]] | None = None
 
 
-class ModelError(RuntimeError):
+class ModelError(WhaleError, RuntimeError):
     """A backend call failed for a reason the caller should read (not retry)."""
 
 

@@ -16,6 +16,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from whale.errors import WhaleError
+
 
 @dataclass(frozen=True)
 class CatalogModel:
@@ -70,12 +72,12 @@ CATALOG: dict[str, CatalogModel] = {
 DEFAULT_MODEL = "qwen-coder-0.5b"
 
 
-class UnknownModel(KeyError):
+class UnknownModel(WhaleError, KeyError):
     def __str__(self) -> str:
         return f"unknown model {self.args[0]!r}; known: {', '.join(sorted(CATALOG))}"
 
 
-class ChecksumMismatch(RuntimeError):
+class ChecksumMismatch(WhaleError, RuntimeError):
     pass
 
 

@@ -17,9 +17,8 @@ so that a call's timeout counts its own decoding and not its wait behind other c
 Determinism (whale's response cache assumes a greedy or seeded request gives one reply): the
 native server repeats a request's reply when it is decoded the same way (prompt caching is off
 for this, see `native.command`), but llama.cpp is not batch-invariant: decoded alongside other
-requests, a greedy reply can differ from the one it gets alone (measured on Qwen2.5-Coder-0.5B,
-48 tokens: 1 of 4 prompts differed when batched with 3 others). The python server, one request
-at a time, does not have this.
+requests, a greedy reply can differ from the one it gets alone (docs/measurements.md). The python
+server, one request at a time, does not have this.
 
 The server cannot outlive this process (see `serverproc`): it dies by its parent-death signal
 when this process is killed (kill -9 included), `close()` and `kill_servers()` kill its process
@@ -229,8 +228,8 @@ class EmbeddedLlama:
             sys.executable, "-m", "whale.models.llama_server", "--model", str(self.gguf),
             "--host", "127.0.0.1", "--port", str(port), "--n_ctx", str(self.n_ctx),
             # Prompt threads too: llama_cpp.server otherwise uses every core for prompts,
-            # and on a busy machine the extra threads stall each step (measured: 17
-            # prompt tokens 8.7 s with a LoRA, 0.31 s with the batch threads capped).
+            # and on a busy machine the extra threads stall each step (many times slower
+            # with a LoRA: docs/measurements.md).
             "--n_threads", str(self.threads), "--n_threads_batch", str(self.threads),
             "--model_alias", self.alias,
         ]  # fmt: skip

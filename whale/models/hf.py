@@ -2,7 +2,7 @@
 
 Why: the exact fallback for serving trained weights (the adapter as PEFT saved it, no GGUF
 conversion, fp32), and the backend the training unit tests use with the tiny local model. It is
-slow (~8 tok/s for a 0.5B model on CPU) and serves one request at a time: a lock covers loading
+slow on CPU (docs/measurements.md) and serves one request at a time: a lock covers loading
 and generation.
 
 Sampling is plain: temperature (0 = greedy) and top_p only; top_k and repetition penalty are

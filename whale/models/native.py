@@ -91,16 +91,14 @@ def command(
 
     Threads sleep while they wait for work (`--poll 0`; llama-server's default busy-waits
     half the time): on a machine whose other cores are busy, the polling threads take the
-    cores from the ones with work (measured: SmolLM2-135M, 2 threads, 2 cores with another
-    busy process: 1.6-2.7 tokens/s with the default, 78 with `--poll 0`).
+    cores from the ones with work (decoding several-fold slower: docs/measurements.md).
 
     Prompt caching is off (`--no-cache-prompt`, and no host-memory prompt cache): with it, a
     prompt seen before is answered from its cached KV plus a one-token re-evaluation, whose
     logits differ in the low bits from a full evaluation, so the same greedy (or seeded)
-    request gave another reply the second time (measured on Qwen2.5-Coder-0.5B: 1 of 4 prompts
-    at temperature 0, a seeded temperature-1 reply too); whale's response cache assumes a
-    request's reply is stable. The cost: a conversation's earlier turns are evaluated again
-    at each call (~300 prompt tokens/s for the 0.5B on 2 threads)."""
+    request gave another reply the second time (docs/measurements.md); whale's response cache
+    assumes a request's reply is stable. The cost: a conversation's earlier turns are
+    evaluated again at each call."""
     cmd = [
         str(exe), "--model", str(gguf), "--host", "127.0.0.1", "--port", str(port),
         "--alias", alias, "--parallel", str(slots), "--ctx-size", str(n_ctx * slots),

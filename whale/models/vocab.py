@@ -4,9 +4,9 @@ The broker refuses, before sending, a prompt that cannot fit the model's context
 `EmbeddedLlama.prompt_char_limit`). For that bound to never refuse a prompt that would fit, it
 needs the most text one token can stand for: n_ctx tokens hold at most n_ctx times that. This
 is read from the vocabulary itself, not assumed: measured over the 19 vocabularies llama.cpp
-ships for its tests (`python -m benchmarks.vocab_longest`), the longest token is 21 to 1,024
-bytes (BERT's a word; GPT-NeoX's, MPT's and Command-R's a run of 512 spaces; Qwen2's and
-Llama 3's 256 bytes), so no fixed characters-per-token factor is safe.
+ships for its tests (`python -m benchmarks.vocab_longest`; docs/measurements.md), the longest
+token differs many-fold between vocabularies (BERT's a word; GPT-NeoX's, MPT's and
+Command-R's a run of spaces), so no fixed characters-per-token factor is safe.
 
 The length counted is that of the token's text as stored (UTF-8 bytes). Decoding never makes
 a token longer: GPT-2 style vocabularies store each byte as one character of one or two bytes,

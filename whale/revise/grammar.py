@@ -1,19 +1,24 @@
 """A GBNF grammar that forces the proposer's answer into the edit format, for llama.cpp.
 
-Measured here, the embedded 1.5B asked plainly (no grammar) gave an applicable edit for 2 of 4
-and 1 of 4 proposals in two short runs on rg:basic_arithmetic: it wrote fenced rewrites,
-invented markers, or SEARCHed for lines the harness does not have. Under this grammar the
-answer is one explanation line and then 1 to `max_blocks` SEARCH/REPLACE blocks, and every
-SEARCH is a contiguous run of the parent's own whole lines (split on "\n" only, as Apply splits
-them), so it is found under Apply's whole-line rule (it can still match twice, if the parent
-repeats lines). A parent line that reads as a block marker (`=======` in a string, say) cannot be
-part of a SEARCH, since Apply would read it as a marker: runs stop before it. What the REPLACE
-says is left to the model.
+Asked plainly (no grammar), the embedded 1.5B gave few applicable edits (docs/measurements.md):
+it wrote fenced rewrites, invented markers, or SEARCHed for lines the harness does not have.
+Under this grammar the answer is one explanation line and then 1 to `max_blocks`
+SEARCH/REPLACE blocks, and every SEARCH is a contiguous run of the parent's own whole lines
+(split on "\n" only, as Apply splits them), so it is found under Apply's whole-line rule (it
+can still match twice, if the parent repeats lines). A parent line that reads as a block marker
+(`=======` in a string, say) cannot be part of a SEARCH, since Apply would read it as a marker:
+runs stop before it. What the REPLACE says is left to the model.
 """
 
 from __future__ import annotations
 
+from typing import Literal
+
 from whale.revise.edits import is_marker
+
+# When a proposer's answer is decoded under the edit grammar: "auto" (llama.cpp backends, the
+# embedded default), "on" (always), "off" (never). The revision loop's and the search agent's.
+GrammarUse = Literal["auto", "on", "off"]
 
 
 def _literal(text: str) -> str:

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from whale.evaluate import EvalResult
-from whale.harness import Runtime
+from whale.harness import Failure, Runtime
 from whale.records import RecordError
 from whale.revise.edits import apply_edits
 from whale.revise.proposer import Proposal, Proposer, task_tools
@@ -44,7 +44,8 @@ from whale.revise.select import (
     reward,
     select,
 )
-from whale.revise.store import OutcomeStore, RoundDir, diff
+from whale.revise.store import RoundDir, diff
+from whale.runs import OutcomeStore
 from whale.tasks import Question, SealedSplit, Task
 
 
@@ -298,7 +299,7 @@ def _candidate(
     h = store.save_harness(res.source)
     rd.write_text(f"candidate_{i}.diff", diff(parent_source, res.source))
     ev = store.evaluate(runtime, res.source, task, score_set, "score", cfg.workers)
-    runnable = not all((o.error or "").startswith("load:") for o in ev.outcomes)
+    runnable = not all(o.failure is Failure.LOAD for o in ev.outcomes)
     r = reward(ev.accuracy, True, runnable, ev.rho_run, cfg.weights)
     return Candidate(t, i, parent_hash, h, True, "", res.mode, True, runnable, ev.rho_run,
                      ev.accuracy, r, len(ev.outcomes), ev.score)  # fmt: skip

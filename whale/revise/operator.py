@@ -18,7 +18,7 @@ from whale.harness import Runtime, harness_hash
 from whale.operators import OperatorBudget, OperatorRecord
 from whale.revise.loop import LoopSettings, revise
 from whale.revise.proposer import Proposer
-from whale.revise.store import OutcomeStore
+from whale.runs import OutcomeStore
 from whale.tasks import Question, Task
 
 

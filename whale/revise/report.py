@@ -75,9 +75,8 @@ def build_report(
     parts = [header]
     if shown:
         parts.append(f"\nFailures ({len(wrong)}; {len(shown)} shown):\n")
-    expected_of = getattr(task, "expected", None)
     for i in shown:
-        exp = expected_of(questions[i]) if (cfg.show_expected and expected_of) else None
+        exp = task.expected(questions[i]) if cfg.show_expected else None
         parts.append(_failure(i, questions[i], outcomes[i], trajectories[i], exp, per))
     parts.append(tail)
     return clip("".join(parts), cfg.char_budget)

@@ -5,34 +5,42 @@ The CLI only parses arguments and prints; everything a script needs is here.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import time
-from collections.abc import Callable, Collection
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-import tomli_w
-
-from whale import config as cfgmod
-from whale.config import at_least, one_of, part
+from whale.config import TrackerKind, at_least, check_choices, part
 from whale.evaluate import EvalResult
-from whale.harness import RuntimeConfig, harness_hash, make_runtime
-from whale.harness.executor import EXECUTOR_RESUMABLE
+from whale.harness import RuntimeConfig, make_runtime
 from whale.models import ChatModel, ModelConfig, close_model
-from whale.records import RecordError, RunLock, read_json, write_atomic
+from whale.records import RecordError, RunLock, write_atomic
 from whale.revise.loop import AdaptResult, LoopSettings, adapt, summary_markdown
 from whale.revise.proposer import Proposer, ProposerConfig
 from whale.revise.report import ReportConfig
-from whale.revise.select import ValidityWeights
-from whale.revise.store import OutcomeStore
+from whale.revise.select import SelectRule, ValidityWeights
+from whale.runs import (
+    OutcomeStore,
+    check_seed,
+    load_run_config,
+    outcome_fingerprint,
+    record_seed,
+    refuse_changes,
+    save_run_config,
+)
 from whale.tasks import Question, SealedSplit, Task, TaskConfig, check_disjoint, split
 
 
 @dataclass
 class AdaptConfig:
+    # What a resume may change besides where and how fast rollouts run (whale.runs.resume):
+    # more rounds (refused once the eval split was read), proposals asked for at once.
+    budget_fields: ClassVar[frozenset[str]] = frozenset({"rounds"})
+    where_fields: ClassVar[frozenset[str]] = frozenset({"propose.concurrency"})
+
     task: TaskConfig = field(default_factory=lambda: TaskConfig(id="rg:maze"))
     harness: str = "single_call"
     solver: ModelConfig = field(default_factory=ModelConfig)
@@ -46,7 +54,7 @@ class AdaptConfig:
     reward: ValidityWeights = field(default_factory=ValidityWeights)
     rounds: int = 3
     g: int = 1
-    select: str = "ratchet"
+    select: SelectRule = "ratchet"
     # Noise-aware Select: keep a candidate only if its accuracy beats the parent's by more than
     # t·SE over k fresh rescorings of both (whale.revise.select); 0 is off, else k >= 2.
     noise_k: int = 0
@@ -60,15 +68,14 @@ class AdaptConfig:
     workers: int = 4
     # mirror the finished run into an experiment tracker (whale.analysis.tracking.track_run):
     # "none" (default) | "mlflow" | "wandb", offline, files inside the run directory
-    tracking: str = "none"
+    tracking: TrackerKind = "none"
     seed: int = 0
     out: str | None = None
 
     def validate(self) -> None:
         """Ranges, checked by `whale.config.build` on load (types are checked there too)."""
-        cfgmod.one_of(self, "tracking", ("none", "mlflow", "wandb"))
+        check_choices(self)
         at_least(self, 1, "rounds", "g", "dev", "eval", "feedback", "workers", "score")
-        one_of(self, "select", ("ratchet", "best-of-g"))
         if self.noise_k != 0 and self.noise_k < 2:
             raise ValueError(f"noise_k: {self.noise_k} (0 is off; otherwise k >= 2 rescorings)")
         with part("propose"):
@@ -110,8 +117,8 @@ def run_adapt(
     Closes both models at the end.
 
     Holds the run directory's lock throughout (RunDirInUse if another process has it). A
-    directory with a config.toml is a resume: `check_resume` and `check_seed` refuse what
-    would change the experiment (ResumeMismatch), and the store refuses records it cannot
+    directory with a config.toml is a resume: `open_run` refuses what would change the
+    experiment (ResumeMismatch), and the store refuses records it cannot
     trust (RecordError); both before any rollout. Then `cfg` is saved as config.toml."""
     t0 = time.monotonic()
     store: OutcomeStore | None = None
@@ -213,122 +220,29 @@ def adapt_json(result: AdaptResult, meta: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-# --- resume: what may change, and what produced an outcome --------------------------------
-
-
-class ResumeMismatch(ValueError):
-    """A resumed run was asked to change what defines its experiment."""
-
-
-# What a resumed run may change, and why no recorded outcome or proposal depends on it. Any
-# other field of AdaptConfig defines the experiment (see `check_resume`); a field added to the
-# config later defines it too, until it is listed here.
-RESUMABLE: dict[str, str] = {
-    "rounds": "extends the run (refused once the eval split was read)",
-    "workers": "how many rollouts run at once",
-    "tracking": "mirrors the finished run into a tracker; never what the run does",
-    "out": "where the run directory is",
-    "runtime.warm": "jailed workers started ahead of need",
-    "propose.concurrency": "proposals asked for at once",
-    "proposer.timeout_s": "only finished proposals are kept: it decides whether a missing one "
-    "is made, never what a kept one says",
-    **{
-        f"{m}.{k}": "how the backend is reached or cached, not what it answers"
-        for m in ("solver", "proposer")
-        for k in ("threads", "retries", "cache", "cache_path", "api_key_env", "endpoints",
-                  "max_concurrency", "probe_s")
-    },
-    **{k: "where rollouts run, not what they produce" for k in EXECUTOR_RESUMABLE},
-}
-
-
-def changed_fields(old: Any, new: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
-    """(dotted field, old value, new value) for every leaf that differs; dicts are walked."""
-    if isinstance(old, dict) and isinstance(new, dict):
-        out = []
-        for k in sorted(set(old) | set(new), key=str):
-            out += changed_fields(old.get(k), new.get(k), f"{prefix}{k}.")
-        return out
-    return [] if old == new else [(prefix.rstrip("."), old, new)]
-
-
-def check_resume(saved: AdaptConfig, requested: AdaptConfig, run_dir: Path) -> None:
-    """ResumeMismatch naming the first field that `requested` changes and may not.
-
-    These define the experiment and are fixed at the start: `task` (id, size, seed, config:
-    the question pool), `harness` (the seed; its content is checked by `check_seed`), `dev`,
-    `eval`, `share_dev`, `score`, `seed` (the splits: a change would move eval questions into
-    the feedback pool, where the report and the proposer see them), `feedback`, `solver`
-    (name, base_url, n_ctx, timeout_s: which model answers, and when a call fails),
-    `runtime` (sandbox, budget, limits, python, temperature, seed: what a rollout may do),
-    `proposer` (name, base_url, n_ctx), `propose` (temperature, max_tokens, template,
-    grammar, grammar_blocks), `report`, `reward`, `select`, `noise_k`, `g`. Only the fields of
-    RESUMABLE may change. `rounds` may not change once the eval split was read (more rounds
-    would need a second read). Not covered: the content of a `propose.template` file."""
-    refuse_changes(saved, requested, run_dir, RESUMABLE)
-    if saved.rounds != requested.rounds and (run_dir / "eval_read.json").exists():
-        raise ResumeMismatch(
-            f"--resume {run_dir}: rounds was {saved.rounds}, now {requested.rounds}, but the "
-            "eval split was already read for the final harness of the saved rounds; it is read "
-            "once (start a new run for more rounds)"
-        )
-
-
-def refuse_changes(saved: Any, requested: Any, run_dir: Path, resumable: Collection[str],
-                   error: type[Exception] = ResumeMismatch) -> None:  # fmt: skip
-    """`error` naming the first field (dotted) of config `requested` that differs from `saved`
-    and is not in `resumable`: what `adapt`, `search` and `cotrain` refuse on resume."""
-    bad = [c for c in changed_fields(asdict(saved), asdict(requested)) if c[0] not in resumable]
-    if bad:
-        name, old, new = bad[0]
-        more = f" (and {', '.join(c[0] for c in bad[1:])})" if len(bad) > 1 else ""
-        raise error(
-            f"--resume {run_dir}: {name} was {old!r} when the run started, now {new!r}{more}: "
-            "it defines the experiment, so it cannot change on resume (start a new run); "
-            f"these may: {', '.join(sorted(resumable))}"
-        )
-
-
-def load_run_config(run_dir: Path) -> AdaptConfig:
-    """The config.toml a run directory was started (or last resumed) with."""
-    path = run_dir / "config.toml"
-    if not path.exists():
-        raise RecordError(f"{path}: missing (is {run_dir} a run directory of whale adapt?)")
-    try:
-        cfg: AdaptConfig = cfgmod.load(AdaptConfig, path)
-    except cfgmod.ConfigError as e:
-        raise RecordError(f"{path}: {e}") from None
-    return cfg
-
-
-def check_seed(run_dir: Path, name: str, source: str) -> None:
-    """ResumeMismatch when the seed harness `name` is not the one the run started from."""
-    path = run_dir / "seed.json"
-    if not path.exists():
-        return
-    prior = read_json(path)
-    if not isinstance(prior, dict) or not isinstance(prior.get("hash"), str):
-        raise RecordError(f"{path}: not a record of the seed harness")
-    now = harness_hash(source)
-    if now != prior["hash"]:
-        raise ResumeMismatch(
-            f"--resume {run_dir}: the seed harness {name!r} now hashes to {now}, but the run "
-            f"started from {prior['hash']} (saved as harnesses/{prior['hash']}.py): the file "
-            "was edited; restore it, or start a new run"
-        )
+# --- resume -------------------------------------------------------------------------------
 
 
 def open_run(cfg: AdaptConfig, run_dir: Path, source: str) -> str:
-    """Check a resume (see `check_resume`, `check_seed`), then save config.toml, seed.json and
-    the seed harness; returns the seed's hash. Nothing is written when a check fails."""
+    """Check a resume, then save config.toml, seed.json and the seed harness; returns the
+    seed's hash. Nothing is written when a check fails.
+
+    A resume may change only what `whale.runs.resume` allows every command (where and how
+    fast rollouts run) and adapt's `rounds` (until the eval split was read) and
+    `propose.concurrency`; everything else defines the experiment: `task`, `harness` (its
+    content is checked by `check_seed`), `dev`, `eval`, `share_dev`, `score`, `seed` (the
+    splits: a change would move eval questions into the feedback pool, where the report and
+    the proposer see them), `feedback`, the solver's identity and timeout, the rest of `runtime`
+    (what a rollout may do), the proposer's identity, `propose`, `report`, `reward`, `select`,
+    `noise_k`, `g` (ResumeMismatch naming the field)."""
     if (run_dir / "config.toml").exists():
-        check_resume(load_run_config(run_dir), cfg, run_dir)
+        refuse_changes(load_run_config(run_dir, AdaptConfig, command="whale adapt"), cfg,
+                       run_dir)  # fmt: skip
     elif (run_dir / "outcomes.jsonl").exists():
         raise RecordError(f"{run_dir}: a ledger (outcomes.jsonl) but no config.toml")
     check_seed(run_dir, cfg.harness, source)
-    h = harness_hash(source)
-    write_atomic(run_dir / "seed.json", json.dumps({"harness": cfg.harness, "hash": h}))
-    write_atomic(run_dir / "config.toml", tomli_w.dumps(cfgmod.to_dict(cfg)))
+    h = record_seed(run_dir, cfg.harness, source)
+    save_run_config(run_dir, cfg)
     return h
 
 
@@ -339,36 +253,3 @@ def template_label(name: str) -> str:
     if name == "hinted":
         return "hinted (a human prior: a hint and a worked fix, not the paper's x_t)"
     return f"{name} (a template of your own)"
-
-
-def outcome_fingerprint(task: TaskConfig, solver: ModelConfig, runtime: RuntimeConfig) -> str:
-    """What, besides the harness and the question id, produced an outcome: the task (id,
-    size, seed, config), the solver's identity (name, base_url, n_ctx, timeout_s) and the
-    runtime (sandbox, budget, limits, python tool, temperature, seed; not `warm`). Numbers
-    are compared as floats (600 and 600.0 are one value). Not covered: a server that swaps
-    the weights behind one model name."""
-    rt = asdict(runtime)
-    rt.pop("warm", None)
-    rt.pop("executor", None)  # where rollouts run does not change what they produce
-    s = solver
-    t = asdict(task)
-    if t.get("variant") == "canonical":
-        del t["variant"]  # the questions as the family makes them: ledgers from before it match
-    what = {
-        "task": t,
-        "solver": {"name": s.name, "base_url": s.base_url, "n_ctx": s.n_ctx,
-                   "timeout_s": s.timeout_s},
-        "runtime": rt,
-    }  # fmt: skip
-    text = json.dumps(_numbers_as_floats(what), sort_keys=True, default=repr)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def _numbers_as_floats(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {str(k): _numbers_as_floats(v) for k, v in x.items()}
-    if isinstance(x, list | tuple):
-        return [_numbers_as_floats(v) for v in x]
-    if isinstance(x, int) and not isinstance(x, bool):
-        return float(x)
-    return x

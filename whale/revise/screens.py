@@ -79,11 +79,9 @@ class _Dev:
 
 def _answers_of(task: Task, q: Question) -> list[str]:
     out: list[str] = []
-    expected = getattr(task, "expected", None)
-    if expected is not None:
-        e = expected(q)
-        if e is not None:
-            out.append(str(e))
+    e = task.expected(q)
+    if e is not None:
+        out.append(str(e))
     ref = q.reference
     if isinstance(ref, dict):
         if not out and ref.get("answer") is not None:

@@ -34,9 +34,9 @@ or not; rescorings the ledger already holds (a resumed run, a parent that was re
 previous round's candidate) cost nothing. False-keep rate, measured by the seeded simulation of
 `test_the_false_keep_rate_under_the_null_is_small` (tests/revise/test_select_noise.py; null:
 the parent and g = 4 candidates have the same true accuracy 0.5, each scoring is
-Binomial(12, 0.5)/12, Select by ratchet, then this check; 2000 trials): 0.032 at k = 2 and
-0.019 at k = 3, where the first version of this option (selection score as sample 1, 2·SE)
-kept 0.1135 at k = 3; the test asserts <= 0.06. The price is power: k = 2 (t = 12.7) keeps
+Binomial(12, 0.5)/12, Select by ratchet, then this check; 2000 trials): figures in
+docs/measurements.md, against the first version of this option (selection score as sample 1,
+2·SE); the test asserts <= 0.06. The price is power: k = 2 (t = 12.7) keeps
 almost only gains that every rescoring reproduces. Not covered: the test guards against the
 noise of the solver's sampling, not against that of drawing Q_score (every rescoring reads the
 same questions).
@@ -44,6 +44,7 @@ same questions).
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
@@ -51,7 +52,7 @@ from typing import Any, Literal
 from whale import stats
 
 SelectRule = Literal["ratchet", "best-of-g"]
-SELECT_RULES: tuple[str, ...] = ("ratchet", "best-of-g")
+SELECT_RULES: tuple[SelectRule, ...] = typing.get_args(SelectRule)
 
 
 @dataclass(frozen=True)

@@ -28,14 +28,14 @@ import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from whale.config import at_least, at_most, one_of
+from whale.config import at_least, at_most, check_choices
 from whale.models import ChatModel, Completion, ContextOverflow, ModelError, Sampling
 from whale.models.base import MAX_TEMPERATURE
 from whale.records import record_dir, write_atomic
 from whale.revise.edits import apply_edits
-from whale.revise.grammar import REPLACE_RULES, search_rules
+from whale.revise.grammar import REPLACE_RULES, GrammarUse, search_rules
 from whale.search.archive import ArchiveError
 from whale.search.tools import (
     PROTOCOL_HELP,
@@ -51,9 +51,9 @@ from whale.search.tools import (
 # One optional line of thought, then the CALL line with flat JSON arguments (strings and
 # integers). Only submit takes a body, and under the grammar it is one SEARCH/REPLACE block whose
 # SEARCH is a run of whole lines of the named base's harness (as the revision loop's grammar
-# does for its parent), for each of the bases offered. Measured on the embedded 1.5B without
-# the base's lines in the grammar: 6 of 6 submissions searched for lines the base does not have
-# (3 iterations, M = 2, rg:basic_arithmetic), mostly copied from the prompt's format example.
+# does for its parent), for each of the bases offered. Without the base's lines in the grammar
+# the embedded 1.5B's submissions searched for lines the base does not have, mostly copied
+# from the prompt's format example (docs/measurements.md).
 _LOOK = r"""
 root ::= (thought "\n")? (look | submit)
 thought ::= [^C\n] [^\n]{0,300}
@@ -111,6 +111,10 @@ def _literal_gbnf(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+ToolProtocol = Literal["auto", "text", "functions"]  # AgentConfig.protocol
+Example = Literal["default", "hinted"]  # the keys of EXAMPLES (below)
+
+
 @dataclass(frozen=True)
 class AgentConfig:
     max_steps: int = 8  # model replies per session
@@ -121,12 +125,12 @@ class AgentConfig:
     # "text": the CALL line protocol; "functions": OpenAI-style function calling (the reply's
     # tool_calls; a text CALL line is still read); "auto": text for the embedded llama.cpp
     # backends (their server has no function-calling template by default), functions else.
-    protocol: str = "auto"
-    grammar: str = "auto"  # "auto": constrain llama.cpp backends (embedded:*), "on", "off"
+    protocol: ToolProtocol = "auto"
+    grammar: GrammarUse = "auto"  # "auto": constrain llama.cpp backends (embedded:*), "on", "off"
     grammar_bases: int = 3  # under the grammar, submit may name one of the top-k candidates
     # The submit example of the system prompt: "default" (placeholders only, no change
     # suggested), "hinted" (a worked edit: a human prior).
-    example: str = "default"
+    example: Example = "default"
 
     def validate(self) -> None:
         """Ranges; the temperature's is Sampling's (a value no server gets is refused here)."""
@@ -134,9 +138,7 @@ class AgentConfig:
                  "grammar_bases")  # fmt: skip
         at_least(self, 0.0, "temperature")
         at_most(self, MAX_TEMPERATURE, "temperature")
-        one_of(self, "grammar", ("auto", "on", "off"))
-        one_of(self, "protocol", ("auto", "text", "functions"))
-        one_of(self, "example", tuple(EXAMPLES))
+        check_choices(self)
 
 
 @dataclass
@@ -166,8 +168,8 @@ class Session:
 
     def save(self, path: Path) -> None:
         """Whole or not at all. Saved after every step, so shallow and unindented: a deep copy
-        (`asdict`) and an indented dump made the search's own time 5.7% of wall, over its 5%
-        target (benchmarks/search_overhead.py)."""
+        (`asdict`) and an indented dump put the search's own time over its target
+        (benchmarks/search_overhead.py; docs/measurements.md)."""
         record_dir(path.parent)  # never through a linked sessions/ folder
         record = {f.name: getattr(self, f.name) for f in fields(self)}
         if self.submission is not None:
@@ -200,9 +202,9 @@ submit, with placeholders in capitals:
 
 # The default submit example shows the form only, with placeholders: a small proposer copies
 # the code it is shown (with the worked example below as the only one, the 1.5B agent's edits
-# were answer clean-ups like it: README, whale search). "hinted" is that example, a human
+# were answer clean-ups like it: docs/commands/search.md). "hinted" is that example, a human
 # prior a user names.
-EXAMPLES = {
+EXAMPLES: dict[Example, str] = {
     "default": """CALL submit {"base": "BASE_ID", "hypothesis": "ONE LINE: WHAT IT CHANGES AND WHY"}
 <<<<<<< SEARCH
 LINES COPIED FROM THE BASE HARNESS

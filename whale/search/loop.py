@@ -47,11 +47,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from whale.errors import WhaleError
 from whale.evaluate import EvalResult
-from whale.harness import Runtime, harness_hash
+from whale.harness import Failure, Runtime, harness_hash
 from whale.records import JsonlWriter, RecordError, read_json, read_jsonl, record_dir
 from whale.revise.screens import AnswerEchoScreen
-from whale.revise.store import OutcomeStore
+from whale.runs import OutcomeStore
 from whale.search.agent import ProposerAgent, Session, Submission
 from whale.search.archive import Archive, CandidateMeta
 from whale.search.patience import Patience
@@ -61,7 +62,7 @@ from whale.tasks import Question, Task
 SEED_ID = "c0000"
 
 
-class SearchStopped(RuntimeError):
+class SearchStopped(WhaleError, RuntimeError):
     """The search cannot go on (the seed does not load, the proposer's backend fails); what
     was paid is kept, and a resume continues once the cause is fixed."""
 
@@ -320,8 +321,9 @@ def _session(path: Path, agent: ProposerAgent, archive: Archive, j: int, i: int,
     """The agent session for candidate (j, i): from `path` when a resumed run already paid for
     it, continued from its last logged step when a kill cut it short. Each call is appended to
     `<cid>.steps.jsonl` before it runs and again with its output (a line each: rewriting the
-    whole session every step cost the search ~1% of its wall time); the whole session goes to
-    `path` at the end, also when it failed, so a resume reads the failure, not runs it."""
+    whole session every step cost the search wall time, docs/measurements.md); the whole
+    session goes to `path` at the end, also when it failed, so a resume reads the failure, not
+    runs it."""
     if path.exists() or path.is_symlink():
         d = read_json(path)  # never through a link or from a FIFO (whale.records)
         try:
@@ -414,7 +416,7 @@ def _score_submission(cid: str, j: int, phase: int, session: Session, task: Task
 
 def _archive(archive: Archive, meta: CandidateMeta, source: str, ev: EvalResult) -> None:
     """Archive a scored candidate. A harness that never loads is kept, invalid, no score."""
-    if ev.outcomes and all((o.error or "").startswith("load:") for o in ev.outcomes):
+    if ev.outcomes and all(o.failure is Failure.LOAD for o in ev.outcomes):
         reason = f"does not load in the sandbox: {(ev.outcomes[0].error or '')[:300]}"
         meta = replace(meta, valid=False, reason=reason, n_scored=ev.n)
     else:

@@ -31,7 +31,7 @@ from pathlib import Path
 from whale.harness import Runtime
 from whale.models import ChatModel
 from whale.operators import OperatorBudget, OperatorRecord
-from whale.revise.store import OutcomeStore
+from whale.runs import OutcomeStore
 from whale.search.agent import AgentConfig, ProposerAgent
 from whale.search.archive import Archive
 from whale.search.loop import PhaseStart, SearchSettings, search
@@ -65,7 +65,7 @@ class SearchOperator:
         rescore = tuple(self.last[1]) if self.last is not None and self.last[0] != fp else ()
         tools = ArchiveTools(self.archive, task.description, self.agent_cfg.tool_chars)
         agent = ProposerAgent(self.proposer, tools, self.agent_cfg,
-                              retrieval=getattr(task, "retriever", None) is not None)  # fmt: skip
+                              retrieval=task.retriever is not None)  # fmt: skip
         before = self.store.used
         cfg = replace(
             self.settings,

@@ -14,18 +14,23 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
-
-import tomli_w
+from typing import Any, ClassVar
 
 from whale import config as cfgmod
-from whale.config import at_least, part
+from whale.config import TrackerKind, at_least, check_choices, part
 from whale.harness import RuntimeConfig, make_runtime
-from whale.harness.executor import EXECUTOR_RESUMABLE
 from whale.models import ChatModel, ModelConfig, close_model
 from whale.records import RecordError, RunLock, write_atomic
-from whale.revise.run import check_seed, outcome_fingerprint, refuse_changes
-from whale.revise.store import OutcomeStore
+from whale.runs import (
+    OutcomeStore,
+    ResumeMismatch,
+    check_seed,
+    load_run_config,
+    outcome_fingerprint,
+    record_seed,
+    refuse_changes,
+    save_run_config,
+)
 from whale.search.agent import AgentConfig, ProposerAgent
 from whale.search.archive import Archive
 from whale.search.loop import SearchResult, SearchSettings, search
@@ -36,6 +41,11 @@ from whale.tasks import Question, SealedSplit, Task, TaskConfig, check_disjoint,
 
 @dataclass
 class SearchConfig:
+    # What a resume may change besides where and how fast rollouts run (whale.runs.resume):
+    # the budget, until the eval split was read.
+    budget_fields: ClassVar[frozenset[str]] = frozenset({"iterations", "max_rollouts",
+                                                         "patience"})  # fmt: skip
+
     task: TaskConfig = field(default_factory=lambda: TaskConfig(id="rg:basic_arithmetic"))
     harness: str = "single_call"
     solver: ModelConfig = field(default_factory=ModelConfig)
@@ -56,12 +66,12 @@ class SearchConfig:
     workers: int = 4
     # mirror the finished run into an experiment tracker (whale.analysis.tracking.track_run):
     # "none" (default) | "mlflow" | "wandb", offline, files inside the run directory
-    tracking: str = "none"
+    tracking: TrackerKind = "none"
     seed: int = 0
     out: str | None = None
 
     def validate(self) -> None:
-        cfgmod.one_of(self, "tracking", ("none", "mlflow", "wandb"))
+        check_choices(self)
         at_least(self, 1, "iterations", "m", "dev", "eval", "workers", "max_rollouts")
         if self.max_rollouts is not None and self.max_rollouts < self.dev:
             # The cap is hard (whale.search.loop): below one scoring of the search split not
@@ -78,23 +88,11 @@ class SearchConfig:
             self.agent.validate()
 
 
-# What a resumed search may change (nothing any recorded outcome or session depends on).
-RESUMABLE = {"iterations", "workers", "tracking", "out", "runtime.warm", "proposer.timeout_s",
-             "max_rollouts", "patience"} | EXECUTOR_RESUMABLE  # fmt: skip
-
-
 def search_splits(task_obj: Task, cfg: SearchConfig) -> tuple[list[Question], list[Question]]:
     parts = split(task_obj.questions(), {"dev": cfg.dev, "eval": cfg.eval},
                   random.Random(cfg.seed))  # fmt: skip
     check_disjoint(parts)
     return parts["dev"], parts["eval"]
-
-
-def check_resume(saved: SearchConfig, requested: SearchConfig, run_dir: Path) -> None:
-    refuse_changes(saved, requested, run_dir, RESUMABLE, cfgmod.ConfigError)
-    if saved.iterations != requested.iterations and (run_dir / "eval_read.json").exists():
-        raise cfgmod.ConfigError(f"--resume {run_dir}: the eval split was already read for the "
-                                 "saved iterations; it is read once")  # fmt: skip
 
 
 def run_search(
@@ -113,14 +111,14 @@ def run_search(
     try:
         with RunLock(run_dir):
             if (run_dir / "config.toml").exists():
-                check_resume(cfgmod.load(SearchConfig, run_dir / "config.toml"), cfg, run_dir)
+                refuse_changes(load_run_config(run_dir, SearchConfig, command="whale search"),
+                               cfg, run_dir)  # fmt: skip
             check_seed(run_dir, cfg.harness, source)
-            write_atomic(run_dir / "config.toml", tomli_w.dumps(cfgmod.to_dict(cfg)))
+            save_run_config(run_dir, cfg)
             search_set, held = search_splits(task_obj, cfg)
             store = OutcomeStore(run_dir, outcome_fingerprint(cfg.task, cfg.solver, cfg.runtime))
-            seed_hash = store.save_harness(source)
-            write_atomic(run_dir / "seed.json", json.dumps({"harness": cfg.harness,
-                                                           "hash": seed_hash}))  # fmt: skip
+            store.save_harness(source)
+            record_seed(run_dir, cfg.harness, source)
             runtime = make_runtime(cfg.runtime, solver_model, workers=cfg.workers)
             archive = Archive(run_dir / "archive", [q.id for q in search_set])
             tools = ArchiveTools(archive, task_obj.description, cfg.agent.tool_chars)
@@ -131,7 +129,7 @@ def run_search(
                 answer_echo_screen=cfg.answer_echo_screen,
             )  # fmt: skip
             agent = ProposerAgent(proposer_model, tools, cfg.agent,
-                                  retrieval=getattr(task_obj, "retriever", None) is not None)
+                                  retrieval=task_obj.retriever is not None)
             result = search(task_obj, source, search_set, runtime, agent, store, archive,
                             settings, say)  # fmt: skip
             if not result.accepted_id:  # validate() keeps max_rollouts >= dev
@@ -165,6 +163,8 @@ def run_search(
             }  # fmt: skip
             write_atomic(run_dir / "summary.md", summary_markdown(meta))
             write_atomic(run_dir / "summary.json", json.dumps(meta, indent=2))
+    except ResumeMismatch:  # a refused resume keeps its type (and its field)
+        raise
     except cfgmod.ConfigError as e:
         raise RecordError(str(e)) from None
     finally:

@@ -189,8 +189,8 @@ class ArchiveTools:
     def _contents(self, path: Path, low: str) -> list[tuple[Path, str, str]]:
         """(file, text, lower-cased text) of the regular files under `path` that may hold
         `low`. A folder of small files is cached whole while its mtime holds (a candidate
-        folder is written whole and renamed into place, never changed; at 100 candidates a
-        grep of the whole archive took 29 ms a call re-reading it), with one lower-cased blob
+        folder is written whole and renamed into place, never changed; re-reading it made a
+        grep of a large archive slow, docs/measurements.md), with one lower-cased blob
         that rules the folder out in one scan. A folder with a file over CACHE_FILE_BYTES is
         never cached, and of a large file only the matching lines are kept, so memory stays
         small whatever a harness made its records."""

@@ -1,4 +1,5 @@
-"""Tasks: Reasoning Gym families (more domains join through `load_task`)."""
+"""Tasks: Reasoning Gym families, multi-hop QA, judged QA and math, found by id through the
+registry (`whale.tasks.registry`: `load_task`, `task_ids`, `register_task`)."""
 
 from __future__ import annotations
 
@@ -7,19 +8,29 @@ from typing import Any
 
 from whale.config import at_least
 from whale.tasks.base import (
+    CAPABILITIES,
     EvalAlreadyRead,
     Grade,
     Question,
     SealedSplit,
     SplitOverlap,
     Task,
+    TaskBase,
     UnknownTask,
+    WrappedTask,
     check_disjoint,
     dedupe,
     normalize_prompt,
     split,
 )
-from whale.tasks.variants import VARIANTS, VariantRefused, refusal, with_variant
+from whale.tasks.registry import (
+    DuplicateTask,
+    TaskRequest,
+    load_task,
+    register_task,
+    task_ids,
+)
+from whale.tasks.variants import VARIANTS, VariantRefused, refusal
 
 
 @dataclass
@@ -45,80 +56,9 @@ class TaskConfig:
             raise ValueError(why)
 
 
-TASK_IDS = [
-    ("rg:FAMILY", "a Reasoning Gym family, 106 of them (`whale tasks --families`)"),
-    ("mhqa", "whale's GENERATED offline multi-hop QA benchmark (50k+ passages, BM25)"),
-    ("hotpotqa:PATH", "HotpotQA distractor/fullwiki JSON (fullwiki: task.config.abstracts=PATH)"),
-    ("musique:PATH", "MuSiQue JSONL with its paragraphs"),
-    ("2wiki:PATH", "2WikiMultihopQA JSON"),
-    ("searchqa:PATH", "SearchQA-style JSON/JSONL, graded by the WHALE rubric"),
-    ("math:PATH", "GSM8K- or MATH-format JSONL"),
-    ("champ", "the 270 competition math problems of champ-dataset"),
-]
-
-
-def load_task(
-    task_id: str,
-    size: int = 100,
-    seed: int = 0,
-    config: dict[str, Any] | None = None,
-    variant: str = "canonical",
-) -> Task:
-    """A task from its id (see TASK_IDS), its questions worded as `variant` says (see
-    `whale.tasks.variants`). Raises UnknownTask naming the bad id (VariantRefused, also a
-    ConfigError, for a variant the task does not offer); a dataset file that does not load
-    raises UnknownTask naming the file, the record and the field."""
-    why = refusal(task_id, variant)
-    if why is not None:  # before any dataset is read
-        raise VariantRefused(why)
-    return with_variant(_load(task_id, size, seed, config), task_id, variant, seed)
-
-
-def _load(task_id: str, size: int, seed: int, config: dict[str, Any] | None) -> Task:
-    kind, _, rest = task_id.partition(":")
-    config = dict(config or {})
-    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-        raise UnknownTask(f"task {task_id}: size must be a positive integer (got {size!r})")
-    try:
-        if kind == "rg" and rest:
-            from whale.tasks.rg import ReasoningGymTask
-
-            return ReasoningGymTask(rest, size=size, seed=seed, config=config)
-        if kind == "mhqa" and not rest:
-            from whale.tasks.mhqa import generated_task
-
-            unknown = sorted(set(config) - {"passages"})
-            if unknown:
-                raise UnknownTask(f"mhqa: unknown config field(s) {unknown}; known: ['passages']")
-            return generated_task(seed=seed, size=size, passages=config.get("passages"))
-        if kind in ("hotpotqa", "musique", "2wiki", "searchqa", "math") and rest:
-            from whale.tasks import judged, math, qa_files
-
-            loaders: dict[str, Any] = {
-                "hotpotqa": lambda p: qa_files.hotpotqa(p, config.get("abstracts")),
-                "musique": qa_files.musique,
-                "2wiki": qa_files.twowiki,
-                "searchqa": lambda p: judged.searchqa(p, judge=config.get("judge")),
-                "math": math.math_file,
-            }
-            return loaders[kind](rest)  # type: ignore[no-any-return]
-        if kind == "champ" and not rest:
-            from whale.tasks.math import champ
-
-            return champ()
-    except UnknownTask:
-        raise
-    except ValueError as e:  # DatasetError and friends name the file, record and field
-        raise UnknownTask(f"task {task_id}: {e}") from None
-    raise UnknownTask(f"unknown task {task_id!r}; known: {', '.join(p for p, _ in TASK_IDS)}")
-
-
-def task_ids() -> list[tuple[str, str]]:
-    """(id pattern, one line) for `whale tasks`."""
-    return list(TASK_IDS)
-
-
 __all__ = [
+    "CAPABILITIES",
+    "DuplicateTask",
     "EvalAlreadyRead",
     "Grade",
     "Question",
@@ -126,13 +66,17 @@ __all__ = [
     "SplitOverlap",
     "TaskConfig",
     "Task",
+    "TaskBase",
+    "TaskRequest",
     "UnknownTask",
     "VARIANTS",
     "VariantRefused",
+    "WrappedTask",
     "check_disjoint",
     "dedupe",
     "load_task",
     "normalize_prompt",
+    "register_task",
     "split",
     "task_ids",
 ]

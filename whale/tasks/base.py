@@ -2,6 +2,11 @@
 
 A task is a description, a pool of questions and a grader. The grader and the references stay
 in the parent process: a harness only ever receives `Question.prompt`.
+
+A task is written by subclassing `TaskBase` and giving the four required members (`name`,
+`description`, `questions`, `grade`); the optional capabilities (`CAPABILITIES`: a retriever,
+expected answers, a format check, gold passages, a precheck, jailed grading) default to "not
+offered", so callers read `task.retriever` or `task.expected(q)` without probing.
 """
 
 from __future__ import annotations
@@ -11,11 +16,13 @@ import random
 import re
 import time
 import unicodedata
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from whale.errors import WhaleError
 from whale.records import RecordError, read_json, write_atomic
 
 
@@ -36,7 +43,41 @@ class Grade:
     feedback: str = ""
 
 
+class Retriever(Protocol):
+    """A passage index a task hands every run (`env.tools.retrieve`); the runtime's
+    `whale.harness.broker.Retriever` is the same shape (tasks import nothing of the harness)."""
+
+    def retrieve(self, query: str, k: int) -> list[dict[str, Any]]: ...
+
+
+class JailedGrading(Protocol):
+    """What the grading jail needs for one answer (`whale.grading`); the one kind today is
+    `whale.tasks.rg.JailedGrading`, which also carries the dataset the jail rebuilds."""
+
+    @property
+    def entry(self) -> Any: ...
+
+    @property
+    def dataset_key(self) -> str: ...
+
+    def passes_screen(self, answer: str) -> bool: ...
+
+
+# The optional members of Task, each with a "not offered" default in TaskBase.
+CAPABILITIES = (
+    "retriever",
+    "expected",
+    "format_ok",
+    "gold_passages",
+    "precheck",
+    "jailed_grading",
+)
+
+
 class Task(Protocol):
+    """What every command reads of a task. `name`, `description`, `questions` and `grade` are
+    required; the rest are the capabilities a task may offer (`TaskBase` gives the defaults)."""
+
     @property
     def name(self) -> str: ...
 
@@ -47,12 +88,113 @@ class Task(Protocol):
 
     def grade(self, question: Question, answer: str) -> Grade: ...
 
+    @property
+    def retriever(self) -> Retriever | None: ...
 
-class UnknownTask(ValueError):
+    def expected(self, question: Question) -> str | None: ...
+
+    def format_ok(self, question: Question, answer: str) -> bool: ...
+
+    def gold_passages(self, question: Question) -> list[str]: ...
+
+    def precheck(self, question: Question, answer: str) -> Grade | None: ...
+
+    def jailed_grading(self, question: Question, answer: str) -> JailedGrading | None: ...
+
+
+class TaskBase(ABC):
+    """The base every task inherits. A subclass gives `name` and `description` (attributes or
+    properties), `questions()` and `grade()`; each capability below it may override:
+
+    - `retriever`: the passage index every run of the task may search (None: no retrieve tool);
+    - `expected(q)`: the reference answer as text, for reports that may show it (None: not shown);
+    - `format_ok(q, answer)`: the answer has the shape the task asks for (default: not blank);
+    - `gold_passages(q)`: ids of the passages that answer `q`, for the retrieval hit rate
+      (empty: no hit rate);
+    - `precheck(q, answer)`: a grade decided by string handling before any scorer runs
+      (None: the scorer decides);
+    - `jailed_grading(q, answer)`: what the grading jail needs when `grade()` may not score
+      this answer in process (None: `grade()` scores it here)."""
+
+    @abstractmethod
+    def questions(self) -> list[Question]: ...
+
+    @abstractmethod
+    def grade(self, question: Question, answer: str) -> Grade: ...
+
+    @property
+    def retriever(self) -> Retriever | None:
+        return None
+
+    def expected(self, question: Question) -> str | None:
+        return None
+
+    def format_ok(self, question: Question, answer: str) -> bool:
+        return bool(answer.strip())
+
+    def gold_passages(self, question: Question) -> list[str]:
+        return []
+
+    def precheck(self, question: Question, answer: str) -> Grade | None:
+        return None
+
+    def jailed_grading(self, question: Question, answer: str) -> JailedGrading | None:
+        return None
+
+
+class WrappedTask(TaskBase):
+    """`inner` seen through a wrapper that overrides some members. Every member it does not
+    override is the inner task's: the protocol's members are forwarded one by one (TaskBase's
+    defaults would otherwise shadow the inner task's capabilities), and any other attribute (a
+    family's own, such as `passages`) by `__getattr__`."""
+
+    def __init__(self, inner: Task) -> None:
+        self.inner = inner
+
+    @property
+    def name(self) -> str:
+        return self.inner.name
+
+    @property
+    def description(self) -> str:
+        return self.inner.description
+
+    def questions(self) -> list[Question]:
+        return self.inner.questions()
+
+    def grade(self, question: Question, answer: str) -> Grade:
+        return self.inner.grade(question, answer)
+
+    @property
+    def retriever(self) -> Retriever | None:
+        return self.inner.retriever
+
+    def expected(self, question: Question) -> str | None:
+        return self.inner.expected(question)
+
+    def format_ok(self, question: Question, answer: str) -> bool:
+        return self.inner.format_ok(question, answer)
+
+    def gold_passages(self, question: Question) -> list[str]:
+        return self.inner.gold_passages(question)
+
+    def precheck(self, question: Question, answer: str) -> Grade | None:
+        return self.inner.precheck(question, answer)
+
+    def jailed_grading(self, question: Question, answer: str) -> JailedGrading | None:
+        return self.inner.jailed_grading(question, answer)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "inner":  # copy/pickle probe before __init__
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+class UnknownTask(WhaleError, ValueError):
     pass
 
 
-class SplitOverlap(ValueError):
+class SplitOverlap(WhaleError, ValueError):
     pass
 
 
@@ -117,7 +259,7 @@ def split(
     return out
 
 
-class EvalAlreadyRead(RuntimeError):
+class EvalAlreadyRead(WhaleError, RuntimeError):
     pass
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from whale.tasks.answers import last_boxed, numbers_match, parse_number
-from whale.tasks.base import Grade, Question
+from whale.tasks.base import Grade, Question, TaskBase
 
 DESCRIPTION = (
     "Math word and competition problems. Return the final answer only (a number, a "
@@ -18,7 +18,7 @@ DESCRIPTION = (
 )
 
 
-class MathTask:
+class MathTask(TaskBase):
     def __init__(self, name: str, questions: list[Question], description: str = DESCRIPTION):
         self.name, self.description, self._questions = name, description, questions
 

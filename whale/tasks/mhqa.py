@@ -22,7 +22,7 @@ from typing import Any
 
 from whale.retrieval import BM25Index, Passage, cached_index
 from whale.tasks.answers import em_f1
-from whale.tasks.base import Grade, Question
+from whale.tasks.base import Grade, Question, TaskBase
 
 _ONSETS = [
     "b",
@@ -300,7 +300,7 @@ class World:
         raise ValueError(f"no two entities with different '{key}' found in 100000 draws")
 
 
-class MultiHopTask:
+class MultiHopTask(TaskBase):
     """A multi-hop QA task over a passage corpus, graded by exact match (correct) and F1
     (score) with the standard answer normalization. The harness gets `env.tools.retrieve`."""
 

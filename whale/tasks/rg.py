@@ -33,7 +33,7 @@ import re
 from functools import cached_property
 from typing import Any
 
-from whale.tasks.base import Grade, Question, UnknownTask
+from whale.tasks.base import Grade, Question, TaskBase, UnknownTask
 from whale.tasks.expr_bounds import bounded_powers
 
 # Longest answer an audited scorer grades in this process; longer ones are graded in the jail
@@ -127,7 +127,7 @@ class JailedGrading:
         return passes_screen(self.screen, answer)
 
 
-class ReasoningGymTask:
+class ReasoningGymTask(TaskBase):
     def __init__(
         self, family: str, size: int = 100, seed: int = 0, config: dict[str, Any] | None = None
     ):

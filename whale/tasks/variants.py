@@ -36,10 +36,9 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass, replace
-from typing import Any
 
 from whale.config import ConfigError
-from whale.tasks.base import Grade, Question, Task, UnknownTask
+from whale.tasks.base import Question, Task, UnknownTask, WrappedTask
 
 VARIANTS = ("canonical", "format")
 
@@ -343,25 +342,19 @@ def reword(rule: Rule, prompt: str, salt: str) -> str | None:
     return None
 
 
-class VariantTask:
+class VariantTask(WrappedTask):
     """`inner` with its questions reworded; everything else (grader, references, description,
-    `expected`, `format_ok`, the retriever, jailed grading, ...) is the inner task's."""
+    and every capability: `expected`, `format_ok`, the retriever, jailed grading, ...) is the
+    inner task's."""
 
     def __init__(self, inner: Task, task_id: str, rule: Rule, seed: int) -> None:
-        self._inner, self._task_id, self._rule, self._seed = inner, task_id, rule, seed
+        super().__init__(inner)
+        self._task_id, self._rule, self._seed = task_id, rule, seed
         self._questions: list[Question] | None = None
-
-    @property
-    def name(self) -> str:
-        return self._inner.name
-
-    @property
-    def description(self) -> str:
-        return self._inner.description
 
     def questions(self) -> list[Question]:
         if self._questions is None:
-            self._questions = [self._reworded(q) for q in self._inner.questions()]
+            self._questions = [self._reworded(q) for q in self.inner.questions()]
         return list(self._questions)
 
     def _reworded(self, q: Question) -> Question:
@@ -373,14 +366,6 @@ class VariantTask:
                 f"is not covered): {q.prompt[:160]!r}"
             )
         return replace(q, prompt=text, metadata={**q.metadata, "variant": "format"})
-
-    def grade(self, question: Question, answer: str) -> Grade:
-        return self._inner.grade(question, answer)
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__") or name == "_inner":  # copy/pickle probe before __init__
-            raise AttributeError(name)
-        return getattr(self._inner, name)
 
 
 def with_variant(task: Task, task_id: str, variant: str, seed: int) -> Task:

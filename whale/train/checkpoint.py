@@ -14,19 +14,17 @@ GGUF loader (dequantize, drop the quantization config, `save_pretrained`) and ca
   built;
 - rebuilt when the GGUF changes: the marker `whale-checkpoint.json` records the GGUF's sha256,
   size and mtime. The fast check is size + mtime_ns (a stat, so a cached call costs
-  milliseconds; hashing 0.5 GB costs ~1-2 s on every call); a new size means new bytes, and a
+  milliseconds; hashing 0.5 GB would cost seconds on every call); a new size means new bytes,
+  and a
   new mtime alone is settled by the sha256, so a GGUF that was only touched or copied (same
   bytes) keeps its checkpoint. Not covered: bytes changed in place with size and mtime_ns both
   restored.
 
 Weights are stored in fp32 (`WEIGHTS_DTYPE`): the GGUF's dequantized values (fp16 scales times
 small integers) are exact in fp32, so the trainable base equals the served one bit for bit,
-and training runs in fp32 on CPU anyway. Measured for Qwen2.5-Coder-0.5B (630 M parameters,
-untied output layer) on the shared 2-core machine: fp32 2.52 GB, built in 43 s (93 s under
-heavier load; dequantizing is most of it, writing 6-8 s), loads in 1.9 s; bf16 1.26 GB, built
-in 48 s (writing 1.8 s), loads in 1.0 s, and its logits differ from fp32's by up to 0.13 (mean
-0.010) on a chat text. The build time is the dequantization either way, disk is cheap here and
-a build happens once, so exactness wins.
+and training runs in fp32 on CPU anyway. bf16 would halve the size and the load time, but its
+logits differ from fp32's (figures for the 0.5B in docs/measurements.md); the build time is
+the dequantization either way, disk is cheap here and a build happens once, so exactness wins.
 
 Not covered: GGUF architectures transformers cannot load (it raises, naming the architecture);
 tokenizers are taken from the GGUF's own vocabulary as transformers converts it.
@@ -84,7 +82,8 @@ def checkpoint_dir(name_or_gguf: str | Path, cache: Path | None = None) -> Path:
 
 def trainable_checkpoint(name_or_gguf: str, cache: Path | None = None) -> Path:
     """The transformers checkpoint folder of a catalog model or GGUF file, built on first use
-    (~45-80 s and ~4 GB of memory for the 0.5B) and cached; see the module docstring."""
+    (about a minute and a few GB of memory for the 0.5B: docs/measurements.md) and cached; see the
+    module docstring."""
     _, gguf = resolve_gguf(name_or_gguf)
     dest = checkpoint_dir(name_or_gguf, cache)
     if _fresh(dest, gguf, hash_if_needed=False):

@@ -61,6 +61,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
+from whale.errors import WhaleError
 from whale.records import record_dir
 from whale.train.data import Example
 from whale.train.sft import (
@@ -79,7 +80,7 @@ LOG_FILE = "launch.log"
 KILL_GRACE_S = 5.0
 
 
-class LaunchError(RuntimeError):
+class LaunchError(WhaleError, RuntimeError):
     """A launched training step failed (or could not start); the message names its log."""
 
 

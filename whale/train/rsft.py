@@ -40,7 +40,7 @@ from whale.models import CachedModel, ChatModel, Completion, Message, Sampling
 from whale.models.base import MAX_TEMPERATURE
 from whale.models.hf import adapter_digest
 from whale.records import JsonlWriter, RecordError, iter_jsonl, record_dir
-from whale.revise.store import OutcomeStore
+from whale.runs import OutcomeStore
 from whale.tasks import Question, Task
 from whale.train.patience import WeightPatience
 from whale.train.sft import EmptyTrainingSet, LoraSettings, SFTSettings

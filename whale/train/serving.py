@@ -4,10 +4,11 @@ The weight phase saves an adapter after each step; the next rollouts must run on
 `SolverServing` turns an adapter folder (or None: the base) into a ready `ChatModel`:
 
 - `EmbeddedServing` (the default): llama.cpp on the solver's GGUF with the adapter converted to
-  a LoRA GGUF (`lora_gguf.adapter_to_gguf`, ~0.2 s for r = 32) and passed as `--lora_path`;
-  a new server per adapter (~1-2 s to ready), decoding at about the base's speed;
+  a LoRA GGUF (`lora_gguf.adapter_to_gguf`) and passed as `--lora_path`; a new server per
+  adapter, decoding at about the base's speed (times: benchmarks/serve_adapter.py);
 - `InProcessServing`: transformers + PEFT in this process (`TransformersChat`), exact fp32 and
-  no conversion, but ~8 tok/s for the 0.5B: the fallback where llama.cpp cannot serve it;
+  no conversion, but several times slower (docs/measurements.md): the fallback where
+  llama.cpp cannot serve it;
 - `VLLMServing`: a vLLM server (or fleet behind one URL) that loads adapters at run time.
 
 `serve()` replaces what the object served before (one live model per serving object: the old

@@ -34,16 +34,15 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from whale.config import ConfigError, at_least, one_of
+from whale.config import ConfigError, at_least, check_choices, one_of
 from whale.harness import Runtime, load_harness
 from whale.records import RecordError, read_json, write_atomic
 from whale.revise.grammar import edit_grammar
 from whale.revise.proposer import TEMPLATES, ProposerConfig, load_template, render, task_tools
 from whale.revise.report import ReportConfig, build_report
-from whale.revise.run import outcome_fingerprint
-from whale.revise.store import OutcomeStore
+from whale.runs import OutcomeStore, outcome_fingerprint
 from whale.tasks import (
     VARIANTS,
     Question,
@@ -171,7 +170,7 @@ class ContextSettings:
             ) from None
 
 
-GRAMMARS = ("off", "on")
+DecodingGrammar = Literal["off", "on"]
 
 
 @dataclass
@@ -182,11 +181,11 @@ class Decoding:
     grammar, at most `grammar_blocks` blocks: every SEARCH copies parent lines, so nearly
     every proposal applies and applicability measures the grammar, not the proposer)."""
 
-    grammar: str = "off"
+    grammar: DecodingGrammar = "off"
     grammar_blocks: int = 1
 
     def validate(self) -> None:
-        one_of(self, "grammar", GRAMMARS)
+        check_choices(self)
         at_least(self, 1, "grammar_blocks")
 
     def grammar_for(self, parent: str) -> str | None:

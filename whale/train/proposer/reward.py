@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from whale.harness import Runtime, harness_hash
+from whale.harness import Failure, Runtime, harness_hash
 from whale.records import JsonlWriter, iter_jsonl
 from whale.revise.code_screens import interface_violations
 from whale.revise.edits import apply_edits
@@ -88,7 +88,7 @@ def score_source(ctx: RevisionContext, source: str, family: Family, runtime: Run
     """Run a valid candidate on the context's scoring questions (or `question_ids`)."""
     qs = family.questions(question_ids if question_ids is not None else ctx.scoring_ids)
     ev = family.store.evaluate(runtime, source, family.task, qs, "score", workers)
-    runnable = not all((o.error or "").startswith("load:") for o in ev.outcomes)
+    runnable = not all(o.failure is Failure.LOAD for o in ev.outcomes)
     solver_s = sum(float(e.get("latency_s") or 0.0) for t in ev.trajectories for e in t.events
                    if e.get("kind") == "model" and not e.get("cached"))  # fmt: skip
     run_s = sum(t.wall_s for t in ev.trajectories)

@@ -39,18 +39,17 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import tomli_w
 
 from whale import config as cfgmod
 from whale.harness import RuntimeConfig, load_harness, make_runtime
-from whale.harness.executor import EXECUTOR_RESUMABLE
 from whale.models import PROPOSER_MARKER, ChatModel, ModelConfig, build_model, close_model
 from whale.records import RecordError, record_dir, write_atomic
 from whale.revise.code_screens import ReviewerScreen
 from whale.revise.proposer import Proposer, ProposerConfig, load_template
-from whale.revise.run import changed_fields
+from whale.runs import changed_fields, may_change, resumable
 from whale.tasks import refusal
 from whale.train.proposer.contexts import (
     ContextSettings,
@@ -79,13 +78,6 @@ _STAGE_SECTIONS = {
     "grpo": ("grpo", "phases", "from_sft"),
     "evaluate": ("evaluate",),
 }
-# Fields that never change what a record says (how fast or where things run).
-RESUMABLE = {"workers", "tracking", "out", "runtime.warm", "evaluate.only",
-             "grpo.vllm_url", "grpo.vllm_model",
-             *(f"{m}.{k}" for m in ("solver", "teacher", "reviewer")
-               for k in ("threads", "retries", "cache", "cache_path", "api_key_env",
-                         "timeout_s", "endpoints", "max_concurrency", "probe_s"))
-             } | EXECUTOR_RESUMABLE  # fmt: skip
 
 
 _PROPOSE_TEMPLATE_DEFAULT = ProposerConfig().template  # "default": left as it is, ignored
@@ -100,6 +92,13 @@ def _default_families() -> FamilySplits:
 
 @dataclass
 class ProposerTrainConfig:
+    # What a resume may change besides where and how fast rollouts run (whale.runs.resume),
+    # once a stage has started: which eval families evaluate reads (a record holds the same
+    # either way); where GRPO's vLLM server is; proposals asked for at once.
+    budget_fields: ClassVar[frozenset[str]] = frozenset({"evaluate.only"})
+    where_fields: ClassVar[frozenset[str]] = frozenset({"grpo.vllm_url", "grpo.vllm_model",
+                                                        "propose.concurrency"})  # fmt: skip
+
     families: FamilySplits = field(default_factory=_default_families)
     contexts: ContextSettings = field(default_factory=ContextSettings)
     solver: ModelConfig = field(default_factory=ModelConfig)
@@ -130,11 +129,11 @@ class ProposerTrainConfig:
     workers: int = 2
     # mirror the finished run into an experiment tracker (whale.analysis.tracking.track_run):
     # "none" (default) | "mlflow" | "wandb", offline, files inside the run directory
-    tracking: str = "none"
+    tracking: cfgmod.TrackerKind = "none"
     out: str | None = None
 
     def validate(self) -> None:
-        cfgmod.one_of(self, "tracking", ("none", "mlflow", "wandb"))
+        cfgmod.check_choices(self)
         with cfgmod.part("families"):
             self.families.validate()
         if self.phases < 1 or self.workers < 1:
@@ -184,8 +183,9 @@ def check_stage_changes(saved: ProposerTrainConfig, now: ProposerTrainConfig,
         return  # nothing was run yet (a typo in a family name, say): anything may change
     open_sections = {s for stage, secs in _STAGE_SECTIONS.items()
                      if not (run_dir / _stage_dir(stage)).exists() for s in secs}  # fmt: skip
+    free = resumable(ProposerTrainConfig)
     for name, old, new in changed_fields(asdict(saved), asdict(now)):
-        if name in RESUMABLE or name.split(".", 1)[0] in open_sections:
+        if may_change(free, name) or name.split(".", 1)[0] in open_sections:
             continue
         raise RecordError(
             f"{run_dir}: {name} was {old!r}, now {new!r}: the records of a started stage "

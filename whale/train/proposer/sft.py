@@ -47,9 +47,9 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
-from whale.config import above, at_least, one_of, part
+from whale.config import above, at_least, check_choices, part
 from whale.records import record_dir
 from whale.train.sft import LoraSettings
 
@@ -57,7 +57,9 @@ if TYPE_CHECKING:
     from datasets import Dataset
 
 Say = Callable[[str], None]
-SCHEDULERS = ("cosine", "linear", "constant", "cosine_with_restarts", "polynomial", "inverse_sqrt")
+# The learning-rate schedules of TRL's SFTConfig (transformers' SchedulerType) offered here.
+Scheduler = Literal["cosine", "linear", "constant", "cosine_with_restarts", "polynomial",
+                    "inverse_sqrt"]  # fmt: skip
 COLUMNS = ("prompt", "completion")
 
 
@@ -65,7 +67,7 @@ COLUMNS = ("prompt", "completion")
 class ProposerSFTSettings:
     lora: LoraSettings = field(default_factory=LoraSettings)
     lr: float = 1e-4
-    scheduler: str = "cosine"
+    scheduler: Scheduler = "cosine"
     folds: int = 4  # family-disjoint CV folds (capped by the number of families)
     max_epochs: float = 4.0  # CV evaluates the validation loss every `eval_every` epochs up to this
     eval_every: float = 0.5
@@ -83,7 +85,7 @@ class ProposerSFTSettings:
         above(self, 0.0, "lr", "max_epochs", "eval_every", "epochs")
         at_least(self, 2, "folds")
         at_least(self, 1, "batch_size", "micro_batch", "max_len", "threads", "save_every")
-        one_of(self, "scheduler", SCHEDULERS)
+        check_choices(self)
         if self.eval_every > self.max_epochs:
             raise ValueError("eval_every: must be at most max_epochs")
         if self.batch_size % self.micro_batch:

@@ -1,0 +1,212 @@
+"""The task registry: every task id whale accepts, the line `whale tasks` prints for it, and the
+loader that builds it. `load_task` dispatches through it and `task_ids()` lists it, so the two
+cannot disagree; `register_task` adds a task of one's own.
+
+An id pattern is `KIND` (the id is exactly that word: `mhqa`) or `KIND:ARG` (the id is the kind,
+a colon and a non-empty argument: `rg:FAMILY`, `hotpotqa:PATH`); what follows the colon is
+passed to the loader as `TaskRequest.arg`. A kind may be registered once with an argument and
+once without; a second registration of the same form is refused.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from whale.errors import WhaleError
+from whale.tasks.base import Task, UnknownTask
+from whale.tasks.variants import VariantRefused, refusal, with_variant
+
+
+@dataclass(frozen=True)
+class TaskRequest:
+    """What a loader is asked for: the id, what follows its colon, the pool size and seed, and
+    the task's own config (`task.config`, a copy the loader may keep)."""
+
+    id: str
+    arg: str
+    size: int
+    seed: int
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+Loader = Callable[[TaskRequest], Task]
+
+
+@dataclass(frozen=True)
+class TaskEntry:
+    pattern: str  # KIND or KIND:ARG
+    description: str  # one line, printed by `whale tasks`
+    load: Loader
+
+    @property
+    def kind(self) -> str:
+        return self.pattern.partition(":")[0]
+
+    @property
+    def takes_arg(self) -> bool:
+        return ":" in self.pattern
+
+
+class DuplicateTask(WhaleError, ValueError):
+    """A pattern registered twice (same kind, both with or both without an argument)."""
+
+
+_PATTERN = re.compile(r"[A-Za-z0-9_.-]+(:\S+)?")
+
+
+class TaskRegistry:
+    def __init__(self, entries: list[TaskEntry] | None = None) -> None:
+        self._entries: list[TaskEntry] = []
+        for e in entries or []:
+            self.register(e.pattern, e.load, e.description)
+
+    def register(self, pattern: str, load: Loader, description: str) -> TaskEntry:
+        """Add `pattern`; ValueError for a malformed pattern or an empty description,
+        DuplicateTask for a pattern of a kind and form already registered."""
+        if not _PATTERN.fullmatch(pattern):
+            raise ValueError(
+                f"task pattern {pattern!r}: expected KIND or KIND:ARG (KIND of letters, digits, "
+                "'_', '.', '-'; ARG a placeholder without spaces, e.g. 'mytask:PATH')"
+            )
+        if not description.strip() or "\n" in description.strip():
+            raise ValueError(f"task pattern {pattern!r}: the description must be one line")
+        new = TaskEntry(pattern, description.strip(), load)
+        for e in self._entries:
+            if e.kind == new.kind and e.takes_arg == new.takes_arg:
+                raise DuplicateTask(
+                    f"task {pattern!r} is already registered as {e.pattern!r} "
+                    f"({e.description}); pick another kind"
+                )
+        self._entries.append(new)
+        return new
+
+    def entries(self) -> list[TaskEntry]:
+        return list(self._entries)
+
+    def find(self, task_id: str) -> TaskEntry | None:
+        kind, _, rest = task_id.partition(":")
+        for e in self._entries:
+            if e.kind == kind and e.takes_arg == bool(rest):
+                return e
+        return None
+
+    def load(self, task_id: str, size: int, seed: int, config: dict[str, Any] | None) -> Task:
+        """The task of `task_id`, its questions as the dataset writes them. UnknownTask names
+        a bad id, a bad size, or (prefixed by the id) whatever ValueError the loader raised: a
+        dataset file that does not load names the file, the record and the field."""
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise UnknownTask(f"task {task_id}: size must be a positive integer (got {size!r})")
+        entry = self.find(task_id)
+        if entry is None:
+            known = ", ".join(e.pattern for e in self._entries)
+            raise UnknownTask(f"unknown task {task_id!r}; known: {known}")
+        req = TaskRequest(task_id, task_id.partition(":")[2], size, seed, dict(config or {}))
+        try:
+            return entry.load(req)
+        except UnknownTask:
+            raise
+        except ValueError as e:  # DatasetError and friends name the file, record and field
+            raise UnknownTask(f"task {task_id}: {e}") from None
+
+
+# --- the built-in tasks (datasets are imported when their task is loaded, not before) -------
+
+
+def _rg(req: TaskRequest) -> Task:
+    from whale.tasks.rg import ReasoningGymTask
+
+    return ReasoningGymTask(req.arg, size=req.size, seed=req.seed, config=req.config)
+
+
+def _mhqa(req: TaskRequest) -> Task:
+    from whale.tasks.mhqa import generated_task
+
+    unknown = sorted(set(req.config) - {"passages"})
+    if unknown:
+        raise UnknownTask(f"mhqa: unknown config field(s) {unknown}; known: ['passages']")
+    return generated_task(seed=req.seed, size=req.size, passages=req.config.get("passages"))
+
+
+def _hotpotqa(req: TaskRequest) -> Task:
+    from whale.tasks.qa_files import hotpotqa
+
+    return hotpotqa(req.arg, req.config.get("abstracts"))
+
+
+def _musique(req: TaskRequest) -> Task:
+    from whale.tasks.qa_files import musique
+
+    return musique(req.arg)
+
+
+def _twowiki(req: TaskRequest) -> Task:
+    from whale.tasks.qa_files import twowiki
+
+    return twowiki(req.arg)
+
+
+def _searchqa(req: TaskRequest) -> Task:
+    from whale.tasks.judged import searchqa
+
+    return searchqa(req.arg, judge=req.config.get("judge"))
+
+
+def _math(req: TaskRequest) -> Task:
+    from whale.tasks.math import math_file
+
+    return math_file(req.arg)
+
+
+def _champ(req: TaskRequest) -> Task:
+    from whale.tasks.math import champ
+
+    return champ()
+
+
+REGISTRY = TaskRegistry()
+for _pattern, _load, _line in [
+    ("rg:FAMILY", _rg, "a Reasoning Gym family, 106 of them (`whale tasks --families`)"),
+    ("mhqa", _mhqa, "whale's GENERATED offline multi-hop QA benchmark (50k+ passages, BM25)"),
+    ("hotpotqa:PATH", _hotpotqa,
+     "HotpotQA distractor/fullwiki JSON (fullwiki: task.config.abstracts=PATH)"),
+    ("musique:PATH", _musique, "MuSiQue JSONL with its paragraphs"),
+    ("2wiki:PATH", _twowiki, "2WikiMultihopQA JSON"),
+    ("searchqa:PATH", _searchqa, "SearchQA-style JSON/JSONL, graded by the WHALE rubric"),
+    ("math:PATH", _math, "GSM8K- or MATH-format JSONL"),
+    ("champ", _champ, "the 270 competition math problems of champ-dataset"),
+]:  # fmt: skip
+    REGISTRY.register(_pattern, _load, _line)
+
+
+def register_task(pattern: str, load: Loader, description: str) -> TaskEntry:
+    """Make `load_task` (and every command's `--task`) accept ids of `pattern`, built by `load`
+    from a `TaskRequest`; `whale tasks` lists it with `description` (one line). DuplicateTask
+    when the pattern's kind and form are taken. A loader's ValueError reaches the caller as
+    UnknownTask naming the id; return a `TaskBase` subclass (see `whale.tasks.base`)."""
+    return REGISTRY.register(pattern, load, description)
+
+
+def task_ids() -> list[tuple[str, str]]:
+    """(id pattern, one line) for `whale tasks`: the registry, in registration order."""
+    return [(e.pattern, e.description) for e in REGISTRY.entries()]
+
+
+def load_task(
+    task_id: str,
+    size: int = 100,
+    seed: int = 0,
+    config: dict[str, Any] | None = None,
+    variant: str = "canonical",
+) -> Task:
+    """A task from its id (see `task_ids()`), its questions worded as `variant` says (see
+    `whale.tasks.variants`). Raises UnknownTask naming the bad id (VariantRefused, also a
+    ConfigError, for a variant the task does not offer); a dataset file that does not load
+    raises UnknownTask naming the file, the record and the field."""
+    why = refusal(task_id, variant)
+    if why is not None:  # before any dataset is read
+        raise VariantRefused(why)
+    task = REGISTRY.load(task_id, size, seed, config)
+    return with_variant(task, task_id, variant, seed)
