@@ -2,7 +2,7 @@
 
 Runs `adapt` (rounds of feedback, G proposals, Apply, scoring, Select, then the held-out eval)
 with a solver and a proposer that answer instantly, and splits the wall time into rollouts
-(jailed harness runs, grading and ledger appends, inside `whale.evaluate.evaluate`), proposer
+(jailed harness runs, grading and ledger appends, inside `whale.evaluation.evaluate`), proposer
 calls, and the rest: the loop's own work (reports, prompts, Apply, diffs, rewards, Select,
 reading back trajectories, writing the run directory).
 
@@ -51,7 +51,7 @@ class InstantProposer:
 
 
 class RolloutClock:
-    """Wall time spent inside `whale.evaluate.evaluate` (the jailed runs and their grading),
+    """Wall time spent inside `whale.evaluation.evaluate` (the jailed runs and their grading),
     measured by wrapping the function the store calls. Instrumentation only."""
 
     spent = 0.0

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 
 from tests.servers import serve_in_subprocess
-from whale.evaluate import evaluate
+from whale.evaluation import evaluate
 from whale.harness import Runtime, load_harness
 from whale.models import OpenAICompatible
 from whale.tasks import load_task

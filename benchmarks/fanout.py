@@ -23,7 +23,7 @@ import subprocess
 import sys
 from typing import Any
 
-from whale.evaluate import evaluate
+from whale.evaluation import evaluate
 from whale.harness import Runtime, load_harness
 from whale.models import OpenAICompatible
 from whale.tasks import load_task

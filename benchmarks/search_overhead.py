@@ -4,7 +4,7 @@ Fills an archive with 100 scored candidates (each with its outcomes and trajecto
 search split), then runs `search` with a solver and an agent model that answer instantly. The
 agent makes the usual read-only calls (top, list, read, failures, grep, diff) and then submits a
 new valid edit, so every candidate is scored. Wall time splits into rollouts (jailed runs,
-grading, ledger appends, inside `whale.evaluate.evaluate`), agent model calls, and the rest:
+grading, ledger appends, inside `whale.evaluation.evaluate`), agent model calls, and the rest:
 the search's own time (archive reads and writes, agent tool calls, Apply, sessions on disk).
 
     python -m benchmarks.search_overhead [--iterations 3 --m 2 --search 25 --archived 100]
@@ -21,12 +21,12 @@ from pathlib import Path
 
 from benchmarks.adapt_overhead import InstantSolver, RolloutClock
 from whale.harness import Runtime, harness_hash, load_harness
+from whale.metaharness import Archive, ArchiveTools, CandidateMeta
+from whale.metaharness.agent import ProposerAgent
+from whale.metaharness.loop import SearchSettings, search
 from whale.models.base import Completion
 from whale.runs import OutcomeStore
 from whale.runs import ledger as store_module
-from whale.search import Archive, ArchiveTools, CandidateMeta
-from whale.search.agent import ProposerAgent
-from whale.search.loop import SearchSettings, search
 from whale.tasks import load_task
 
 COUNTER = itertools.count()

@@ -1,6 +1,6 @@
 """Capability metrics: retrieval accuracy and answer extraction, per question and aggregated."""
 
-from whale.evaluate import evaluate
+from whale.evaluation import evaluate
 from whale.harness import Runtime
 from whale.retrieval import Passage
 from whale.tasks import Question, load_task

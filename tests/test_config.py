@@ -9,11 +9,12 @@ import pytest
 from typer.testing import CliRunner
 
 from whale import config as cfgmod
-from whale.cli import app, load_config
-from whale.cotrain import CotrainConfig
-from whale.evaluate import EvalConfig
+from whale.api import build_config
+from whale.cli import app
+from whale.evaluation import EvalConfig
+from whale.metaharness.run import SearchConfig
 from whale.revise.run import AdaptConfig
-from whale.search.run import SearchConfig
+from whale.schedule.cotrain import CotrainConfig
 from whale.train.proposer.run import ProposerTrainConfig
 
 runner = CliRunner()
@@ -156,7 +157,7 @@ def test_every_default_config_survives_save_and_load(tmp_path):
 
 def test_the_proposer_flag_keeps_the_proposer_timeout():
     # `--proposer X` sets proposer.name; the proposer's own default timeout (600 s) stays.
-    cfg = load_config(AdaptConfig, None, [], {"proposer.name": "qwen-coder-0.5b"})
+    cfg = build_config(AdaptConfig, None, [], {"proposer.name": "qwen-coder-0.5b"})
     assert cfg.proposer.name == "qwen-coder-0.5b" and cfg.proposer.timeout_s == 600.0
 
 

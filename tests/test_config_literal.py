@@ -16,13 +16,13 @@ from whale import config as cfgmod
 from whale.analysis.diagnose import DiagnoseConfig
 from whale.analysis.tracking import TRACKER_KINDS
 from whale.cli import app
-from whale.cotrain import SERVING, CotrainConfig
+from whale.metaharness.agent import EXAMPLES, AgentConfig, Example
+from whale.metaharness.run import SearchConfig
 from whale.revise.proposer import ProposerConfig
 from whale.revise.run import AdaptConfig
 from whale.revise.select import SELECT_RULES
-from whale.schedule import SCHEDULES, ScheduleKind
-from whale.search.agent import EXAMPLES, AgentConfig, Example
-from whale.search.run import SearchConfig
+from whale.schedule.cotrain import SERVING, CotrainConfig
+from whale.schedule.loop import SCHEDULES, ScheduleKind
 from whale.train.proposer.contexts import Decoding
 from whale.train.proposer.run import ProposerTrainConfig
 from whale.train.proposer.sft import ProposerSFTSettings

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 from tests.conftest import require_model
 from tests.servers import StubServer
 from whale.cli import app
-from whale.evaluate import evaluate, read_jsonl
+from whale.evaluation import evaluate, read_jsonl
 from whale.harness import Runtime
 from whale.models import ModelConfig, build_model
 from whale.tasks import load_task
@@ -183,7 +183,7 @@ def flat(r):
         ("n=abc", "n: expected an integer, got str 'abc'"),
         ("workers=2.5", "workers: expected an integer, got float 2.5"),
         ("model=abc", "model: expected a table (ModelConfig), got str 'abc'"),
-        ("runtime.sandbox=foo", "runtime.sandbox: expected one of"),
+        ("runtime.sandbox=foo", "runtime.sandbox: 'foo' is not one of"),
         ("runtime.temperature=nan", "runtime.temperature: expected a finite number"),
         ("task.size=-1", "task.size: must be at least 1"),
     ],

@@ -12,7 +12,7 @@ import pytest
 
 from tests.fakes import ScriptedModel
 from tests.revise.conftest import SEED, SumTask, prose_solver
-from whale.evaluate import evaluate
+from whale.evaluation import evaluate
 from whale.harness import Runtime
 
 

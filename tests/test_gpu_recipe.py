@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from whale import config as cfgmod
-from whale.cotrain import CotrainConfig
+from whale.schedule.cotrain import CotrainConfig
 from whale.train.proposer.run import ProposerTrainConfig
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -29,7 +29,7 @@ import pytest
 
 from tests.fakes import ScriptedModel
 from whale import grading
-from whale.evaluate import evaluate, outcome_of
+from whale.evaluation import evaluate, outcome_of
 from whale.harness import Budget, Runtime, Sandbox, Trajectory
 from whale.harness.sandbox import nsjail_binary
 from whale.tasks import load_task, rg

@@ -15,7 +15,7 @@ import pytest
 
 from tests.fakes import ScriptedModel
 from whale import grading
-from whale.evaluate import evaluate
+from whale.evaluation import evaluate
 from whale.harness import Budget, Runtime, Sandbox
 from whale.harness.sandbox import nsjail_binary
 from whale.tasks import load_task, rg

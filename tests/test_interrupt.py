@@ -149,7 +149,7 @@ SLEEPER = "import time\n\ndef run(question, env):\n    time.sleep(60)\n    retur
 
 _CTRL_C_SCRIPT = textwrap.dedent("""
     import signal, threading, time
-    from whale.evaluate import evaluate
+    from whale.evaluation import evaluate
     from whale.harness import Budget, Runtime
     from whale.tasks import load_task
     SLEEPER = %r
@@ -212,7 +212,7 @@ def test_a_closed_openai_backend_stops_retrying_at_once():
 
 STUCK = textwrap.dedent("""
     import sys, time
-    from whale import interrupts
+    import whale.cli.interrupts as interrupts
     interrupts.GRACE_S = float(sys.argv[1])
     interrupts.install()
     try:

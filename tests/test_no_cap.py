@@ -12,9 +12,9 @@ import pytest
 from tests.revise.conftest import SumTask
 from tests.test_schedule_paper import FakeSolver, FakeStore, Log
 from whale import config as cfgmod
-from whale.cotrain import CotrainConfig
 from whale.operators import OperatorRecord
-from whale.schedule import Cotrain, ScheduleSettings, phases
+from whale.schedule.cotrain import CotrainConfig
+from whale.schedule.loop import Cotrain, ScheduleSettings, phases
 from whale.train.rsft import RsftSettings, WeightStep
 
 SEED = "def run(question, env):\n    return '1'\n"
@@ -131,7 +131,7 @@ def test_no_cap_survives_the_saved_config(tmp_path):
     assert 'rollouts = "none"' in (tmp_path / "config.toml").read_text()
     again = cfgmod.load(CotrainConfig, tmp_path / "config.toml")
     assert again.rollouts is None and again == cfg
-    # a resume reads the saved config back through to_dict (whale.cli_train._resume_config)
+    # a resume reads the saved config back through to_dict (whale.cli.cotrain._resume_config)
     assert cfgmod.load(CotrainConfig, base=cfgmod.to_dict(again)) == cfg
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from whale.metaharness.agent import Session
+from whale.metaharness.archive import Archive, ArchiveError
 from whale.records import RecordError, record_dir
-from whale.search.agent import Session
-from whale.search.archive import Archive, ArchiveError
 from whale.train.data import Example
 from whale.train.launch import AccelerateTrainer
 from whale.train.sft import LoraSettings, SFTSettings

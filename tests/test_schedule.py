@@ -12,14 +12,14 @@ import pytest
 
 from tests.fakes import ScriptedModel
 from tests.tiny import make_tiny_model
-from whale.analysis.curves import count_rollouts, curve_rows
 from whale.harness import RuntimeConfig
 from whale.records import read_jsonl
 from whale.revise.loop import LoopSettings
 from whale.revise.operator import ReviseOperator
 from whale.revise.proposer import Proposer, ProposerConfig
 from whale.runs import OutcomeStore
-from whale.schedule import Cotrain, Reads, ScheduleSettings, phases
+from whale.schedule.curves import count_rollouts, curve_rows
+from whale.schedule.loop import Cotrain, Reads, ScheduleSettings, phases
 from whale.tasks import Grade, Question, TaskBase
 from whale.train.rsft import RsftSettings, Solver, WeightPhase, trainer_factory
 from whale.train.sft import LoraSettings, SFTSettings
@@ -208,7 +208,7 @@ def test_adaptive_weight_phase_stops_by_patience_not_by_eval(tmp_path, tiny):
     run, store, weights, serving = build(tmp_path / "adaptive", tiny, "adaptive", 200, cycles=1)
     try:
         run.operator = None  # weight phase only: call it directly
-        from whale.schedule import Phase
+        from whale.schedule.loop import Phase
 
         rec = run.weight_phase(SEED, Phase("weight", 1, True, epochs=2.0))  # capped at 2 epochs
         steps = rec.detail["steps"]
@@ -261,8 +261,8 @@ def test_a_killed_search_cotrain_resumes_to_the_uninterrupted_result(tmp_path):
     from tests.revise.conftest import SEED as SUM_SEED
     from tests.revise.conftest import SumTask, prose_solver
     from tests.search.test_loop import GOOD, WORSE
-    from whale.search.loop import SearchSettings
-    from whale.search.operator import SearchOperator
+    from whale.metaharness.loop import SearchSettings
+    from whale.metaharness.operator import SearchOperator
 
     class Serving:
         def serve(self, adapter):
@@ -318,8 +318,8 @@ def test_a_schedule_whose_cycle_spends_nothing_stops_instead_of_looping():
     rollout after the seed, so without a stop the schedule would cycle for ever."""
     from tests.revise.conftest import SEED as SUM_SEED
     from tests.revise.conftest import SumTask, prose_solver
-    from whale.search.loop import SearchSettings
-    from whale.search.operator import SearchOperator
+    from whale.metaharness.loop import SearchSettings
+    from whale.metaharness.operator import SearchOperator
 
     class Serving:
         def serve(self, adapter):

@@ -17,16 +17,16 @@ import tomli_w
 
 from tests.revise.conftest import SumTask
 from whale import config as cfgmod
-from whale.cotrain import (
+from whale.operators import OperatorRecord
+from whale.records import RecordError, read_jsonl
+from whale.schedule.cotrain import (
     FORMAT,
     CotrainConfig,
     cotrain_splits,
     pool_size,
     validation_source,
 )
-from whale.operators import OperatorRecord
-from whale.records import RecordError, read_jsonl
-from whale.schedule import Cotrain, Reads, ScheduleSettings
+from whale.schedule.loop import Cotrain, Reads, ScheduleSettings
 from whale.tasks import TaskConfig, check_disjoint, load_task
 from whale.tasks.base import normalize_prompt
 from whale.train.patience import WeightPatience
@@ -329,8 +329,8 @@ class Serving:
 def fake_schedules(monkeypatch, tmp_path, val=None):
     """run_cotrain with each schedule faked (a sweep point's validation accuracy from `val`);
     returns what ran: (schedule, (E*, I*), sweep point?, folder)."""
-    import whale.analysis.curves as curves
-    import whale.cotrain as cotrain
+    import whale.schedule.cotrain as cotrain
+    import whale.schedule.curves as curves
 
     ran = []
 
@@ -352,7 +352,7 @@ def fake_schedules(monkeypatch, tmp_path, val=None):
 
 def test_the_sweep_picks_the_grid_point_by_validation_and_stagewise_runs_it(tmp_path,
                                                                            monkeypatch):
-    import whale.cotrain as cotrain
+    import whale.schedule.cotrain as cotrain
 
     val = {(0.5, 2): 0.3, (0.5, 3): 0.7, (1.0, 2): 0.7, (1.0, 3): 0.1}
     ran = fake_schedules(monkeypatch, tmp_path, val)
@@ -372,7 +372,7 @@ def test_the_sweep_picks_the_grid_point_by_validation_and_stagewise_runs_it(tmp_
 
 
 def test_the_sweep_choice_is_recorded_in_summary_and_sweep_json(tmp_path, monkeypatch):
-    import whale.cotrain as cotrain
+    import whale.schedule.cotrain as cotrain
 
     fake_schedules(monkeypatch, tmp_path, {(0.5, 2): 0.2, (0.5, 3): 0.6})
     cfg = config(schedules=["stagewise"])
@@ -387,7 +387,7 @@ def test_the_sweep_choice_is_recorded_in_summary_and_sweep_json(tmp_path, monkey
 
 
 def test_without_a_sweep_the_summary_says_which_stagewise_ran(tmp_path, monkeypatch):
-    import whale.cotrain as cotrain
+    import whale.schedule.cotrain as cotrain
 
     fake_schedules(monkeypatch, tmp_path)
     cotrain.run_cotrain(config(schedules=["stagewise"], stagewise=[1.5, 4]), tmp_path,
@@ -400,7 +400,7 @@ def test_without_a_sweep_the_summary_says_which_stagewise_ran(tmp_path, monkeypa
 
 
 def test_a_run_is_stamped_with_its_format_and_resumes(tmp_path, monkeypatch):
-    import whale.cotrain as cotrain
+    import whale.schedule.cotrain as cotrain
 
     ran = fake_schedules(monkeypatch, tmp_path)
     cotrain.run_cotrain(config(), tmp_path, SumTask(60), SEED, None)
@@ -414,7 +414,7 @@ def test_a_run_of_an_older_format_is_not_resumed(tmp_path, monkeypatch, stamp):
     """A run made before stagewise = (E*, I*), the validation split and one archive per
     schedule: its config.toml lacks them, loads with today's defaults and would otherwise
     resume as unchanged."""
-    import whale.cotrain as cotrain
+    import whale.schedule.cotrain as cotrain
 
     ran = fake_schedules(monkeypatch, tmp_path)
     old = {k: v for k, v in cfgmod.to_dict(config()).items()
@@ -453,7 +453,7 @@ def test_a_sweep_point_reads_validation_once_after_its_run_and_nothing_else(tmp_
     from tests.revise.conftest import SEED as SUM_SEED
     from tests.revise.conftest import prose_solver
     from tests.search.test_loop import GOOD
-    from whale.cotrain import _one_schedule
+    from whale.schedule.cotrain import _one_schedule
 
     class Serving:
         def serve(self, adapter):

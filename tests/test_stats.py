@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from whale.evaluate import EvalResult, Outcome
+from whale.evaluation import EvalResult, Outcome
 from whale.stats import Paired, bootstrap_ci, paired, t_quantile, wilson_ci
 
 

@@ -40,9 +40,9 @@ from whale import config as cfgmod
 from whale.errors import RunInterrupted, WhaleError
 from whale.models import ChatModel, ModelConfig, close_model
 from whale.records import write_atomic
-from whale.runs import RunDirError, hold_run_dir, load_run_config, new_run_dir
+from whale.runs import RunDirError, check_out, hold_run_dir, load_run_config, new_run_dir
 from whale.runs.result import Reading, Run
-from whale.runs.setup import check_operator, load_harness, load_task, model, resolve
+from whale.runs.setup import check_operator, load_harness, load_task, resolve
 from whale.tasks import Task
 
 __all__ = [
@@ -84,6 +84,7 @@ def evaluate(
     given, source_text = _given(fields, task=task, harness=harness, model=model, n=n,
                                 workers=workers, out=out, **{"task.seed": seed})  # fmt: skip
     cfg = build_config(EvalConfig, config, overrides, given)
+    check_out(cfg.out)
     _check_services(cfg)
     task_obj, source, backend = resolve(cfg, unsafe_no_sandbox, _obj(task), source_text,
                                         _obj(model))  # fmt: skip
@@ -421,7 +422,9 @@ def _open(cls: type[C], kind: str, resume: PathArg, config: Any, overrides: Over
     run's, locked: its saved config.toml < the fields given < overrides. The run functions
     refuse, by the one resume rule, a change that would alter the experiment."""
     if resume is None:
-        return build_config(cls, config, overrides, given), None, None
+        cfg = build_config(cls, config, overrides, given)
+        check_out(getattr(cfg, "out", None))
+        return cfg, None, None
     run_dir = Path(resume)
     if config is not None:
         raise cfgmod.ConfigError(f"--resume {run_dir}: --config cannot be given with --resume "

@@ -24,7 +24,7 @@ import math
 import tomllib
 import types
 import typing
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -347,7 +347,7 @@ def load(cls: type[T], path: str | Path | None = None, overrides: list[str] | No
     return build(cls, tree)
 
 
-def nest(flat: dict[str, Any]) -> dict[str, Any]:
+def nest(flat: Mapping[str, Any]) -> dict[str, Any]:
     """{"a.b": 1, "c": 2} as {"a": {"b": 1}, "c": 2}: dotted fields (as flags and keyword
     arguments give them) as the nested tree `load` takes; None values are left out."""
     tree: dict[str, Any] = {}
@@ -380,7 +380,8 @@ def _inline(value: Any) -> str:
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_inline(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{json.dumps(str(k))} = {_inline(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{json.dumps(str(k))} = {_inline(v)}"
+                               for k, v in value.items()) + "}"  # fmt: skip
     raise ConfigError(f"{value!r}: not a value a config holds ({type(value).__name__})")
 
 

@@ -3,7 +3,7 @@
 `improve(task, solver, harness, budget) -> (harness, record)`: given the task, the solver (the
 runtime that holds the frozen model), the current harness source and a budget, return the
 harness to continue with and a record of what was done. Both harness operators implement it:
-Meta-Harness search (`whale.search.SearchOperator`) and the revision loop
+Meta-Harness search (`whale.metaharness.SearchOperator`) and the revision loop
 (`whale.revise.ReviseOperator`), so the schedule calls either as a black box. The budget is
 counted in rollouts (as the schedule's ledger counts them) and optionally iterations; an
 operator stops when it is spent. An operator never reads the eval split.

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-import whale.cli_audit  # noqa: F401  (registers the command until whale.cli imports it)
+import whale.cli.audit  # noqa: F401  (registers the command until whale.cli imports it)
 from tests.analysis.test_audit import BROKEN_H, COPY_H, make_run
 from whale.cli import app
 

@@ -1,4 +1,4 @@
-"""Curves of a cotrain run and capability metrics per phase (whale.analysis.curves).
+"""Curves of a cotrain run and capability metrics per phase (whale.schedule.curves).
 
 The runs here are synthetic: `FakeCotrain` writes ledgers and reads the way `whale cotrain` is
 specified to (one ledger row per rollout, one read per phase boundary) and counts, on its own,
@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from whale.analysis.curves import (
+from whale.records import JsonlWriter, RecordError
+from whale.schedule.curves import (
     CURVE_COLUMNS,
     LEDGER,
     PHASE_COLUMNS,
@@ -22,7 +23,6 @@ from whale.analysis.curves import (
     phase_table,
     write_curves,
 )
-from whale.records import JsonlWriter, RecordError
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -321,5 +321,5 @@ def test_a_folder_without_schedules_is_an_error(tmp_path):
 
 
 def test_importing_the_module_does_not_import_matplotlib():
-    code = "import sys, whale.analysis.curves; sys.exit('matplotlib' in sys.modules)"
+    code = "import sys, whale.schedule.curves; sys.exit('matplotlib' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0

@@ -1,18 +1,18 @@
 """The paper's cost figure, the phase lengths and the reported best point, on ledgers written by
-hand (whale.analysis.curves): reads.jsonl, outcomes.jsonl and phases.jsonl of a stagewise and an
+hand (whale.schedule.curves): reads.jsonl, outcomes.jsonl and phases.jsonl of a stagewise and an
 adaptive schedule, each row spelled out."""
 
 import json
 
 import pytest
 
-from whale.analysis.curves import (
+from whale.records import RecordError
+from whale.schedule.curves import (
     crossing,
     markdown_table,
     phase_lengths,
     schedule_summary,
 )
-from whale.records import RecordError
 
 
 def ledger_row(schedule, cycle, phase, kind, i):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import whale.cli_diagnose  # noqa: F401  (registers `whale diagnose` on the app)
+import whale.cli.diagnose  # noqa: F401  (registers `whale diagnose` on the app)
 from tests.fakes import ScriptedModel
 from whale.analysis import diagnose as dg
 from whale.analysis.diagnose import (
@@ -27,9 +27,9 @@ from whale.analysis.diagnose import (
     verdict,
 )
 from whale.cli import app
-from whale.cotrain import cotrain_splits
 from whale.records import RecordError
 from whale.revise.run import AdaptConfig, split_pools
+from whale.schedule.cotrain import cotrain_splits
 from whale.tasks import Grade, Question, TaskBase, check_disjoint
 
 runner = CliRunner()
@@ -312,8 +312,7 @@ def fakes(monkeypatch):
         return fake_cotrain(*a)
 
     monkeypatch.setattr(dg, "run_cotrain", cotrain)
-    monkeypatch.setattr(whale.cli_diagnose, "build_model", lambda cfg: ScriptedModel())
-    monkeypatch.setattr("whale.cli.build_model", lambda cfg: ScriptedModel())
+    monkeypatch.setattr("whale.runs.setup.build_model", lambda cfg: ScriptedModel())
     return calls
 
 
@@ -360,7 +359,7 @@ def test_the_real_probes_on_the_tiny_model(tmp_path, monkeypatch):
     from tests.tiny import make_tiny_model
 
     tiny = make_tiny_model(tmp_path / "tiny")
-    monkeypatch.setattr(whale.cli_diagnose, "build_model", lambda cfg: ScriptedModel(["no edit"]))
+    monkeypatch.setattr("whale.runs.setup.build_model", lambda cfg: ScriptedModel(["no edit"]))
     out = tmp_path / "run"
     r = runner.invoke(app, [
         "diagnose", "--task", "rg:letter_counting", "--harness", "single_call",

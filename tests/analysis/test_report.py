@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import whale.cli_report  # noqa: F401  (registers `whale report` on app)
+import whale.cli.report  # noqa: F401  (registers `whale report` on app)
 from whale.analysis.report import build_report
 from whale.analysis.report_runs import load_run
 from whale.cli import app

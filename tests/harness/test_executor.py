@@ -9,7 +9,7 @@ import pytest
 
 from tests.fakes import ScriptedModel
 from whale import config as cfgmod
-from whale.evaluate import EvalConfig, Outcome, evaluate, outcome_of
+from whale.evaluation import EvalConfig, Outcome, evaluate, outcome_of
 from whale.harness import Runtime, RuntimeConfig, Trajectory, load_harness, make_runtime
 from whale.harness import executor as ex
 from whale.harness.executor import ExecutorConfig, ExecutorUnavailable, LocalPool, Rollout

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from tests.fakes import ScriptedModel
-from whale.evaluate import evaluate, outcome_record
+from whale.evaluation import evaluate, outcome_record
 from whale.harness import Budget, Failure, Runtime, Sandbox, Trajectory
 from whale.harness.sandbox import SandboxKind
 from whale.harness.trajectory import read_failure

@@ -14,7 +14,7 @@ import pytest
 
 from tests.fakes import ScriptedModel
 from tests.servers import StubServer
-from whale.evaluate import evaluate
+from whale.evaluation import evaluate
 from whale.harness import Runtime, load_harness
 from whale.harness.executor import ExecutorUnavailable
 from whale.models import CachedModel, OpenAICompatible
@@ -69,7 +69,7 @@ def wait_dead(pids: list[int], within_s: float) -> list[int]:
 DRIVER = """
 import sys, threading, time
 from tests.servers import StubServer
-from whale.evaluate import evaluate
+from whale.evaluation import evaluate
 from whale.harness import Runtime, load_harness
 from whale.harness.ray_executor import RayExecutor
 from whale.models import OpenAICompatible
@@ -337,7 +337,7 @@ def test_the_model_calls_of_a_lost_try_are_counted_in_the_ledger_tokens(cluster)
 REAPER_DRIVER = """
 import subprocess, sys
 from tests.servers import StubServer
-from whale.evaluate import evaluate
+from whale.evaluation import evaluate
 from whale.harness import Runtime, load_harness
 from whale.harness.ray_executor import RayExecutor
 from whale.models import OpenAICompatible

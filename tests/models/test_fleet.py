@@ -15,6 +15,7 @@ import pytest
 
 from tests.servers import StubServer
 from whale.config import ConfigError, load
+from whale.metaharness.run import SearchConfig
 from whale.models import (
     CachedModel,
     ContextOverflow,
@@ -28,7 +29,6 @@ from whale.models import (
     build_model,
 )
 from whale.models.embedded import free_port
-from whale.search.run import SearchConfig
 
 MSG = [{"role": "user", "content": "hi"}]
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,7 +6,7 @@ import pytest
 
 from tests.fakes import ScriptedModel
 from tests.revise.conftest import BAD_EDIT, GOOD_EDIT, SEED, prose_solver
-from whale.evaluate import Outcome
+from whale.evaluation import Outcome
 from whale.harness import Runtime
 from whale.revise.loop import LoopSettings, adapt
 from whale.revise.proposer import Proposer

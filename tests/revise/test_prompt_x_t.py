@@ -11,6 +11,7 @@ import pytest
 
 from whale.config import ConfigError
 from whale.harness import Budget
+from whale.metaharness.agent import EXAMPLES, SYSTEM, AgentConfig
 from whale.revise.proposer import (
     TEMPLATES,
     ProposerConfig,
@@ -19,7 +20,6 @@ from whale.revise.proposer import (
     render,
 )
 from whale.revise.run import AdaptConfig
-from whale.search.agent import EXAMPLES, SYSTEM, AgentConfig
 from whale.train.proposer.contexts import ContextSettings
 
 DESCRIPTION = "<<DESCRIPTION SENTINEL>>"

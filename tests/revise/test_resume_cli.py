@@ -9,12 +9,12 @@ from typer.testing import CliRunner
 
 from tests.servers import StubServer
 from tests.test_records import hold
-from whale import cli
 from whale import config as cfgmod
-from whale.cli import app, new_run_dir
+from whale.cli import app
 from whale.harness import load_harness
 from whale.models import build_model
 from whale.revise.run import AdaptConfig, run_adapt
+from whale.runs import new_run_dir
 from whale.tasks import load_task
 
 runner = CliRunner()
@@ -212,9 +212,7 @@ def test_two_runs_started_in_the_same_second_get_two_directories(tmp_path, monke
     # issue 8: two `whale eval` without --out, started in the same second, shared a dir
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr("time.strftime", lambda fmt: "20260101-000000")
-    try:
-        a = new_run_dir(None, "eval", "rg:x-single_call")
-        b = new_run_dir(None, "eval", "rg:x-single_call")
-    finally:
-        cli._release_run_dirs()  # outside a command, nothing else ends its locks
+    (a, lock_a), (b, lock_b) = (new_run_dir(None, "eval", "rg:x-single_call") for _ in "ab")
+    lock_a.release()
+    lock_b.release()
     assert a != b and a.is_dir() and b.is_dir() and b.name == f"{a.name}-2"

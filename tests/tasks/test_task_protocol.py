@@ -16,7 +16,7 @@ import whale
 import whale.tasks
 from tests.fakes import ScriptedModel
 from tests.revise.conftest import SEED
-from whale.evaluate import evaluate
+from whale.evaluation import evaluate
 from whale.grading import grade
 from whale.harness import Runtime
 from whale.tasks import CAPABILITIES, Grade, Question, Task, TaskBase, WrappedTask, load_task

@@ -15,7 +15,7 @@ import pytest
 from tests.tasks import test_qa_files as qa
 from whale import config as cfgmod
 from whale.config import ConfigError
-from whale.evaluate import EvalConfig
+from whale.evaluation import EvalConfig
 from whale.models import ModelConfig
 from whale.revise.run import AdaptConfig
 from whale.runs import outcome_fingerprint
@@ -227,7 +227,7 @@ def test_the_outcome_fingerprint_tells_the_variants_apart():
 
 
 def test_every_command_that_resolves_its_task_gets_the_variant():
-    from whale.cli import resolve
+    from whale.runs.setup import resolve
 
     cfg = cfgmod.load(EvalConfig, overrides=["task.id=rg:gcd", "task.variant=format", "n=3",
                                              "model.name=stub@http://127.0.0.1:9"])  # fmt: skip

@@ -149,16 +149,16 @@ def test_an_unknown_template_is_refused_naming_it(tmp_path):
 def test_the_cli_template_flag_sets_the_one_template(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from whale import cli_proposer
     from whale.cli import app
+    from whale.train.proposer import run as runmod
 
     got = []
-    monkeypatch.setattr(cli_proposer, "_go", lambda stage, run, cfg, as_json: got.append(cfg))
+    monkeypatch.setattr(runmod, "run_sft", lambda cfg, run, say: got.append(cfg) or {})
     runner = CliRunner()
     r = runner.invoke(app, ["train-proposer", "sft", "--run", str(tmp_path / "r"),
                             "--template", "hinted"])  # fmt: skip
     assert r.exit_code == 0, r.output
     assert got[0].contexts.template == got[0].propose.template == "hinted"
-    r = runner.invoke(app, ["train-proposer", "sft", "--run", str(tmp_path / "r"),
+    r = runner.invoke(app, ["train-proposer", "sft", "--run", str(tmp_path / "r2"),
                             "--set", "propose.template=hinted"])  # fmt: skip
     assert r.exit_code == 2 and "contexts.template" in r.output and len(got) == 1

@@ -51,14 +51,14 @@ from typing import Any, ClassVar, cast
 
 from whale import config as cfgmod
 from whale.config import above, at_least, check_choices, part
-from whale.cotrain import CotrainConfig, OperatorKind, Serving, run_cotrain
-from whale.harness import RuntimeConfig
-from whale.models import ChatModel, ModelConfig, close_model
+from whale.metaharness.agent import AgentConfig
+from whale.models import ChatModel, close_model
 from whale.records import RecordError, iter_jsonl, write_atomic
 from whale.runs import load_run_config, refuse_changes, save_run_config
-from whale.schedule import ScheduleKind
-from whale.search.agent import AgentConfig
-from whale.tasks import Question, Task, TaskConfig
+from whale.runs.fields import OperatorFields
+from whale.schedule.cotrain import CotrainConfig, OperatorKind, Serving, run_cotrain
+from whale.schedule.loop import ScheduleKind
+from whale.tasks import Question, Task
 from whale.tasks.base import WrappedTask, normalize_prompt
 from whale.train.rsft import RsftSettings
 
@@ -77,7 +77,7 @@ def _probe_rsft() -> RsftSettings:
 
 
 @dataclass
-class DiagnoseConfig:
+class DiagnoseConfig(OperatorFields):
     """Config of `whale diagnose`. The default budget is small on purpose: 48 training rollouts
     per probe (weight: 2 steps of 6 prompts x G = 4; harness: the seed and its candidates
     scored on the 12 search questions), one cycle each, 30 probe questions."""
@@ -86,14 +86,7 @@ class DiagnoseConfig:
     # z only re-judges the recorded probes.
     judging_fields: ClassVar[frozenset[str]] = frozenset({"z"})
 
-    task: TaskConfig = field(default_factory=lambda: TaskConfig(id="rg:basic_arithmetic"))
-    harness: str = "single_call"
-    solver: ModelConfig = field(default_factory=ModelConfig)
-    proposer: ModelConfig = field(
-        default_factory=lambda: ModelConfig(name="qwen-coder-1.5b", timeout_s=600.0)
-    )
     agent: AgentConfig = field(default_factory=AgentConfig)
-    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     rsft: RsftSettings = field(default_factory=_probe_rsft)
     serving: Serving = "embedded"
     checkpoint: str | None = None
@@ -443,3 +436,36 @@ def run_diagnose(
     write_atomic(run_dir / "diagnosis.md", md)
     diag["table"] = md
     return diag
+
+
+def prepare(cfg: DiagnoseConfig, unsafe: bool,
+            task: Task | None = None) -> tuple[Task, str, ChatModel]:  # fmt: skip
+    """(task, seed source, proposer model) of `cfg`, each checked before any run directory:
+    typed WhaleErrors naming the field. The solver is only checked to exist (the probes serve
+    it themselves), uncached; the splits can be drawn with adapt's held-out questions kept out
+    (`reserve_adapt`)."""
+    import dataclasses
+
+    from whale.evaluation import EvalConfig
+    from whale.harness.contract import run_contract_fault
+    from whale.runs.setup import HarnessUnavailable, SplitRefused, model, resolve
+    from whale.schedule.cotrain import cotrain_splits
+
+    ecfg = EvalConfig(task=cfg.task, harness=cfg.harness, runtime=cfg.runtime,
+                      model=dataclasses.replace(cfg.solver, cache=False),
+                      n=cfg.pool_size())  # fmt: skip
+    task_obj, source, solver_check = resolve(ecfg, unsafe, task, model_field="solver")
+    close_model(solver_check)
+    cfg.runtime.sandbox = ecfg.runtime.sandbox
+    fault = run_contract_fault(source)
+    if fault is not None:
+        raise HarnessUnavailable(f"--harness {cfg.harness}: the seed harness {fault}").at(
+            "harness")  # fmt: skip
+    try:  # the splits can be drawn (before any run dir or model)
+        pool = Excluding(task_obj, adapt_held_out(task_obj, cfg.seed)) if cfg.reserve_adapt \
+            else task_obj  # fmt: skip
+        cotrain_splits(pool, cfg.cotrain())  # type: ignore[arg-type]
+    except ValueError as e:
+        raise SplitRefused(f"{e} (diagnose keeps whale adapt's held-out questions out: "
+                           "reserve_adapt)").at("train") from None
+    return task_obj, source, model(cfg.proposer, "proposer.name")

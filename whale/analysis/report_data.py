@@ -18,7 +18,7 @@ opens with in report_lead.py; the types they fill (Node, Lineage, Curve, Table, 
 and the readers they share are here.
 
 Not covered: the meaning of fields beyond the few each section shows (the report quotes the
-files, it does not re-check the run's accounting; `whale.analysis.curves` does that for
+files, it does not re-check the run's accounting; `whale.schedule.curves` does that for
 cotrain, and its RecordError is shown as a note); runs nested more than one level deep other
 than the layouts named above.
 """
@@ -172,7 +172,7 @@ def read_run_file(path: Path, data: RunData, section: str, limit: int = MAX_FILE
 
 def unsafe_reason(path: Path, root: Path, limit: int = MAX_FILE_BYTES) -> str | None:
     """Why `read_untrusted` would refuse `path` (None: it would read it, or `path` is absent),
-    for a module that reads run files with its own reader (`whale.analysis.curves`): the
+    for a module that reads run files with its own reader (`whale.schedule.curves`): the
     caller checks first and does not call it when a reason comes back. Not covered: a file
     swapped between this check and that module's read (the check is on paths, not on an open
     descriptor as `read_untrusted` is)."""
@@ -388,8 +388,8 @@ def ledger_metrics(path: Path, data: RunData, title: str, group_keys: tuple[str,
     """Capability metrics of ledger rows grouped by `group_keys` (rows of the wrong shape for
     capability_metrics are skipped with a note); `ledger`: its rows, when the caller read it
     already (else read from `path`)."""
-    from whale.analysis.curves import capability_metrics
     from whale.records import RecordError
+    from whale.schedule.curves import capability_metrics
 
     groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
     bad = 0

@@ -10,7 +10,7 @@
 - cotrain (also rsft and diagnose, which write its layout): per schedule the eval read at the
   start (base) and the last one (final) as k/n, the training rollouts the schedule spent (its
   ledger) and where it first passes stagewise's final eval accuracy (the paper's cost figure;
-  `whale.analysis.curves.schedule_summary`); a diagnose run's verdicts; then the curves.
+  `whale.schedule.curves.schedule_summary`); a diagnose run's verdicts; then the curves.
 - eval: the run's accuracy as k/n.
 - train-proposer: per proposer and family, the seed's score -> the ratchet's (the readings hold
   no n).

@@ -5,7 +5,7 @@
 - cotrain: per schedule, the harness phases' lineage (the search's one archive,
   `harness/archive` with `harness/sessions`, or the revision loop's `harness/phase_NN/` round
   folders; older runs' `harness/phase_NN` archives too), eval
-  accuracy against cumulative training rollouts (`whale.analysis.curves`, which checks each
+  accuracy against cumulative training rollouts (`whale.schedule.curves`, which checks each
   read against the ledger; on a RecordError the reads are drawn unchecked, with a note), weight
   step rewards, capability metrics per phase;
 - train-proposer: the ratchet lineages of `evaluate/`, the GRPO reward per update, the
@@ -15,7 +15,7 @@
 Each kind also gets its lead, the answer the page opens with (report_lead.py), built from what
 its loader read (the ledger rows, the lineage, the reads, schedule_summary's costs).
 
-`whale.analysis.curves` reads the cotrain ledgers and reads with its own (trusting) reader, so
+`whale.schedule.curves` reads the cotrain ledgers and reads with its own (trusting) reader, so
 before calling it every file it would open is checked with `unsafe_reason`; when one is a link
 out of the run, a FIFO or over the size limit, curves is not called and the reads are drawn
 unchecked from the safe reader, with a note.
@@ -129,8 +129,8 @@ def _sessions_table(paths: list[Path], data: RunData, title: str) -> Table:
 
 
 def _cotrain(data: RunData) -> None:
-    from whale.analysis.curves import curve_rows, phase_table, schedule_summary
     from whale.records import RecordError
+    from whale.schedule.curves import curve_rows, phase_table, schedule_summary
 
     d = data.run_dir
     refused = _refused_by_curves(d)
@@ -172,7 +172,7 @@ def _cotrain(data: RunData) -> None:
 
 
 def _refused_by_curves(run_dir: Path) -> str | None:
-    """The first ledger or reads file that `whale.analysis.curves` would open (outcomes.jsonl /
+    """The first ledger or reads file that `whale.schedule.curves` would open (outcomes.jsonl /
     reads.jsonl of any sub-folder) and `read_untrusted` would refuse, as "<file>: <why>"."""
     for sub in sorted(run_dir.iterdir()):
         if not sub.is_dir():

@@ -1,4 +1,4 @@
-"""Where rollouts run: the executors of `whale.evaluate.evaluate`, and their config.
+"""Where rollouts run: the executors of `whale.evaluation.evaluate`, and their config.
 
 An `Executor` (the protocol, in whale.harness.runtime, beside the Runtime that holds one) has
 one verb, `stream`: run one harness on many questions for a given Runtime and hand back each

@@ -4,7 +4,7 @@ Each actor holds a Runtime rebuilt from a picklable description of the driver's
 (`RuntimeSpec`: budget, limits, python tool limits, sandbox, sampling, and `ModelSpec`, the
 solver's OpenAI-compatible URL), so a rollout on an actor is the same fresh jailed worker as
 a local one, its model calls brokered by the actor. Only the trajectory comes back; grading
-and recording stay in the driver (`whale.evaluate`). The driver keeps at most `per_actor`
+and recording stay in the driver (`whale.evaluation`). The driver keeps at most `per_actor`
 rollouts in flight on each actor (the rest wait in the driver, never all N submitted) and
 takes results with `ray.wait` as they finish.
 

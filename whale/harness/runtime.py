@@ -3,7 +3,7 @@
 A `Runtime` holds a run's settings (model, budget, limits, sandbox, sampling), the warm pool of
 fresh workers and the cancel switch; `Runtime.run` hands one run to the broker
 (`broker.run_harness`, which sees the Runtime as a `RunHost`). Where many runs go is an
-`Executor`, the seam `whale.evaluate.evaluate` streams through: its implementations
+`Executor`, the seam `whale.evaluation.evaluate` streams through: its implementations
 (`executor.LocalPool`, `ray_executor.RayExecutor`) take a Runtime and sit above this module;
 a Runtime holds one without importing it. `settings.make_runtime` builds the pair.
 """

@@ -48,7 +48,9 @@ from pathlib import Path
 
 import httpx
 
-from whale.models import native, serverproc, vocab
+import whale.models.native as native
+import whale.models.serverproc as serverproc
+import whale.models.vocab as vocab
 from whale.models.base import Completion, ContextOverflow, Message, ModelError, Sampling
 from whale.models.openai_compat import OpenAICompatible
 

@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from whale.evaluate import EvalResult
+from whale.evaluation import EvalResult
 from whale.harness import Failure, Runtime
 from whale.records import RecordError
 from whale.revise.edits import apply_edits

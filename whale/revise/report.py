@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from whale.evaluate import Outcome
+from whale.evaluation import Outcome
 from whale.harness import Trajectory
 from whale.tasks import Question, Task
 

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from whale.config import TrackerKind, at_least, check_choices, part
-from whale.evaluate import EvalResult
-from whale.harness import RuntimeConfig, make_runtime
-from whale.models import ChatModel, ModelConfig, close_model
+from whale.evaluation import EvalResult
+from whale.harness import make_runtime
+from whale.models import ChatModel, close_model
 from whale.records import RecordError, RunLock, write_atomic
 from whale.revise.loop import AdaptResult, LoopSettings, adapt, summary_markdown
 from whale.revise.proposer import Proposer, ProposerConfig
@@ -31,25 +31,19 @@ from whale.runs import (
     refuse_changes,
     save_run_config,
 )
+from whale.runs.fields import OperatorFields
 from whale.tasks import Question, SealedSplit, Task, TaskConfig, check_disjoint, split
 
 
 @dataclass
-class AdaptConfig:
+class AdaptConfig(OperatorFields):
     # What a resume may change besides where and how fast rollouts run (whale.runs.resume):
     # more rounds (refused once the eval split was read), proposals asked for at once.
     budget_fields: ClassVar[frozenset[str]] = frozenset({"rounds"})
     where_fields: ClassVar[frozenset[str]] = frozenset({"propose.concurrency"})
 
     task: TaskConfig = field(default_factory=lambda: TaskConfig(id="rg:maze"))
-    harness: str = "single_call"
-    solver: ModelConfig = field(default_factory=ModelConfig)
-    # A proposal is long (up to propose.max_tokens): its timeout is longer than a solver call's.
-    proposer: ModelConfig = field(
-        default_factory=lambda: ModelConfig(name="qwen-coder-1.5b", timeout_s=600.0)
-    )
     propose: ProposerConfig = field(default_factory=ProposerConfig)
-    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     report: ReportConfig = field(default_factory=ReportConfig)
     reward: ValidityWeights = field(default_factory=ValidityWeights)
     rounds: int = 3
