@@ -52,7 +52,7 @@ def test_adapt_from_python_keeps_the_fix_and_reads_the_held_out_split(tmp_path):
     run = small_adapt(tmp_path / "a")
     assert run.held_out["seed"].correct == 0 and run.held_out["final"].correct == 6
     assert "re.findall" in (run.harness or "")  # the final harness is the edited source
-    assert run.records["task"] == "test:sum"  # an object's own name stands in the config
+    assert run.records["task"].startswith("object:test:sum@")  # an object, named as one
     assert (run.run_dir / "summary.md").exists()
 
 
@@ -302,3 +302,120 @@ def test_nothing_below_the_cli_exits_the_process():
                     and "SystemExit" in ast.unparse(node.exc):  # fmt: skip
                 offenders.append(f"{path}:{node.lineno}: raise SystemExit")
     assert offenders == []
+
+
+# --- what the hostile review found ------------------------------------------------------------
+
+
+def test_search_from_python_accepts_the_fix_and_reads_the_held_out_split(tmp_path):
+    from tests.metaharness.test_loop import GOOD
+
+    run = whale.search(SumTask(n=12), SEED, prose_solver(), ScriptedModel([GOOD]), iterations=2,
+                       m=1, dev=6, eval=6, workers=3, out=tmp_path / "s")  # fmt: skip
+    assert run.held_out["seed"].correct == 0 and run.held_out["final"].correct == 6
+    assert "re.findall" in (run.harness or "")
+
+
+def test_a_task_object_is_recorded_so_no_named_task_or_other_questions_reuse_its_ledger(tmp_path):
+    """A task object's config field is `object:NAME@DIGEST`: the CLI cannot resume it as the
+    named task of the same name, and a resume with other questions is a changed task.id."""
+    from whale.tasks import load_task
+
+    shaped = load_task("rg:basic_arithmetic", size=12, config={"min_terms": 5, "max_terms": 6})
+    run = whale.evaluate(shaped, "single_call", ScriptedModel(["1"]), n=2, out=tmp_path / "e")
+    assert run.records["task"].startswith("object:rg:basic_arithmetic@")
+    first = small_adapt(tmp_path / "a")
+    with pytest.raises(ResumeMismatch) as e:
+        whale.adapt(SumTask(n=41), SEED, prose_solver(), ScriptedModel([GOOD_EDIT]),
+                    resume=first.run_dir)  # fmt: skip
+    assert e.value.field == "task.id"
+
+
+def test_objects_that_are_not_tasks_or_models_are_refused_naming_the_field(tmp_path):
+    class Duck:  # a task's four members, without TaskBase's defaults
+        name, description = "duck", "a duck"
+
+        def questions(self):
+            return []
+
+        def grade(self, q, a):
+            raise AssertionError
+
+    with pytest.raises(ConfigError) as e:
+        whale.evaluate(Duck(), SEED, ScriptedModel(["1"]), out=tmp_path / "d")
+    assert e.value.field == "task.id" and "TaskBase" in str(e.value)
+    with pytest.raises(ConfigError) as e:
+        whale.evaluate(SumTask(), SEED, {"name": "x"}, out=tmp_path / "d")  # type: ignore[arg-type]
+    assert e.value.field == "model.name" and not (tmp_path / "d").exists()
+
+
+def test_a_model_path_is_a_name_not_an_object(tmp_path):
+    with pytest.raises(whale.WhaleError) as e:  # a missing .gguf: refused, naming the field
+        whale.evaluate(SumTask(), SEED, tmp_path / "x.gguf", n=2, out=tmp_path / "p")
+    assert e.value.field == "model.name" and not (tmp_path / "p").exists()
+
+
+def test_a_resume_refuses_a_changed_task_before_loading_it(tmp_path):
+    run = small_adapt(tmp_path / "a")
+    with pytest.raises(ResumeMismatch) as e:  # not UnknownTask: nothing new is loaded
+        whale.adapt(resume=run.run_dir, fields={"task.id": "nope:x"})
+    assert e.value.field == "task.id"
+
+
+def test_a_resume_with_another_out_is_refused(tmp_path):
+    run = small_adapt(tmp_path / "a")
+    with pytest.raises(ResumeMismatch) as e:
+        whale.adapt(SumTask(), SEED, prose_solver(), ScriptedModel([GOOD_EDIT]),
+                    resume=run.run_dir, out=tmp_path / "elsewhere")  # fmt: skip
+    assert e.value.field == "out" and not (tmp_path / "elsewhere").exists()
+
+
+def test_fields_refine_a_model_config_given_whole(tmp_path):
+    from whale.evaluation import EvalConfig
+    from whale.models import ModelConfig
+    from whale.runs.given import build_config, given_fields
+
+    given, _ = given_fields({"model.cache": False, "model.timeout_s": 5.0},
+                            model=ModelConfig(name="m", base_url="http://127.0.0.1:9"))  # fmt: skip
+    cfg = build_config(EvalConfig, None, (), given)
+    assert (cfg.model.name, cfg.model.cache, cfg.model.timeout_s) == ("m", False, 5.0)
+
+
+def test_an_override_key_cannot_carry_a_second_assignment():
+    from whale.runs.given import override_list
+
+    with pytest.raises(ConfigError) as e:
+        override_list({"harness=single_call\nx": "y"})
+    assert e.value.field == "overrides"
+    assert override_list({"harness": "h\U0001f600.py"}) == ['harness="h\U0001f600.py"']
+
+
+def test_cotrain_takes_named_models_only(tmp_path):
+    with pytest.raises(ConfigError) as e:
+        whale.cotrain("rg:basic_arithmetic", "single_call", prose_solver(),  # type: ignore[arg-type]
+                      out=tmp_path / "c")  # fmt: skip
+    assert e.value.field == "solver.name"
+    with pytest.raises(ConfigError) as e:
+        whale.rsft("rg:basic_arithmetic", SEED, "qwen-coder-0.5b", out=tmp_path / "c")
+    assert e.value.field == "harness"
+
+
+def test_ctrl_c_in_a_python_run_raises_run_interrupted_naming_the_run(tmp_path):
+    def stop(outcome, trajectory):
+        raise KeyboardInterrupt
+
+    with pytest.raises(whale.RunInterrupted) as e:
+        whale.evaluate(SumTask(), SEED, ScriptedModel(["1"]), n=6, workers=1,
+                       out=tmp_path / "i", on_done=stop)  # fmt: skip
+    assert e.value.run_dir == tmp_path / "i" and e.value.total == 6
+    assert len((tmp_path / "i" / "outcomes.jsonl").read_text().splitlines()) >= 1
+
+
+def test_an_unavailable_tracker_is_refused_naming_tracking(tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("wandb") is not None:
+        pytest.skip("wandb is installed here")
+    with pytest.raises(whale.WhaleError) as e:
+        small_adapt(tmp_path / "t", fields={"tracking": "wandb"})
+    assert e.value.field == "tracking" and not (tmp_path / "t").exists()

@@ -9,11 +9,11 @@ import pytest
 from typer.testing import CliRunner
 
 from whale import config as cfgmod
-from whale.api import build_config
 from whale.cli import app
 from whale.evaluation import EvalConfig
 from whale.metaharness.run import SearchConfig
 from whale.revise.run import AdaptConfig
+from whale.runs.given import build_config
 from whale.schedule.cotrain import CotrainConfig
 from whale.train.proposer.run import ProposerTrainConfig
 

@@ -28,8 +28,10 @@ def modules() -> dict[str, Path]:
 
 
 def imported(name: str, source: str, is_pkg: bool, known: dict[str, Path]) -> set[str]:
-    """The whale modules `name` imports (a name imported from a package counts as the
-    submodule when there is one, else the package)."""
+    """The whale modules `name` imports: `import` and `from ... import` anywhere (a name
+    imported from a package counts as its submodule when it is one, else as the package), and
+    `importlib.import_module("...")` / `__import__("...")` of a literal name. The facade
+    `whale` stands for `whale.api`, whose names it re-exports."""
     found: set[str] = set()
     for node in ast.walk(ast.parse(source, name)):
         targets: list[str] = []
@@ -41,13 +43,21 @@ def imported(name: str, source: str, is_pkg: bool, known: dict[str, Path]) -> se
                 mod = ".".join(base + ([node.module] if node.module else []))
             else:
                 mod = node.module or ""
-            targets = [mod] + [f"{mod}.{a.name}" for a in node.names if f"{mod}.{a.name}" in known]
+            subs = [f"{mod}.{a.name}" for a in node.names if f"{mod}.{a.name}" in known]
+            targets = subs + ([mod] if len(subs) < len(node.names) else [])
+        elif isinstance(node, ast.Call) and ast.unparse(node.func) in DYNAMIC and node.args \
+                and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):  # fmt: skip
+            targets = [node.args[0].value]
         for t in targets:
             while t not in known and "." in t:
                 t = t.rsplit(".", 1)[0]
-            if t in known and t != name and t != "whale":
+            t = "whale.api" if t == "whale" else t
+            if t in known and t != name:
                 found.add(t)
     return found
+
+
+DYNAMIC = {"importlib.import_module", "import_module", "__import__"}
 
 
 def graph() -> dict[str, set[str]]:
@@ -145,3 +155,7 @@ def test_the_check_sees_a_cycle_and_an_upward_import() -> None:
     assert imported("whale.tasks.base", src, False, modules()) == {"whale.cli"}
     up_one = "from .. import config\n"  # relative: whale.tasks.base -> whale.config
     assert imported("whale.tasks.base", up_one, False, modules()) == {"whale.config"}
+    hidden = ("from whale import adapt\n", "import whale\n",
+              "import importlib\nimportlib.import_module('whale.api')\n", "__import__('whale.api')\n")
+    for src in hidden:  # the facade, and imports by name, are imports of the API
+        assert imported("whale.tasks.base", src, False, modules()) == {"whale.api"}, src

@@ -131,7 +131,7 @@ def test_no_cap_survives_the_saved_config(tmp_path):
     assert 'rollouts = "none"' in (tmp_path / "config.toml").read_text()
     again = cfgmod.load(CotrainConfig, tmp_path / "config.toml")
     assert again.rollouts is None and again == cfg
-    # a resume reads the saved config back through to_dict (whale.cli.cotrain._resume_config)
+    # a resume reads the saved config back through to_dict (whale.api._open)
     assert cfgmod.load(CotrainConfig, base=cfgmod.to_dict(again)) == cfg
 
 

@@ -258,9 +258,9 @@ def test_concurrent_first_calls_serve_the_weights_once():
 def test_a_killed_search_cotrain_resumes_to_the_uninterrupted_result(tmp_path):
     """harness-only with the search operator (scripted proposer and solver), killed in the eval
     read after its first harness phase: the replay counts the archived phase's rollouts."""
+    from tests.metaharness.test_loop import GOOD, WORSE
     from tests.revise.conftest import SEED as SUM_SEED
     from tests.revise.conftest import SumTask, prose_solver
-    from tests.search.test_loop import GOOD, WORSE
     from whale.metaharness.loop import SearchSettings
     from whale.metaharness.operator import SearchOperator
 

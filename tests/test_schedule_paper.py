@@ -198,7 +198,7 @@ def test_a_validation_split_leaves_train_and_eval_as_drawn_without_it():
 
 
 def rg_splits(family, validation, size=None):
-    """What `whale cotrain` draws (cli_train._run): the task at `pool_size`, validation beyond
+    """What `whale cotrain` draws (whale.schedule.setup.prepare): the task at `pool_size`, validation beyond
     it from the same task loaded larger. A real Reasoning Gym family; no model."""
     cfg = replace(CotrainConfig(), task=TaskConfig(id=f"rg:{family}", size=size),
                   validation=validation)  # fmt: skip
@@ -450,9 +450,9 @@ def test_a_sweep_point_reads_validation_once_after_its_run_and_nothing_else(tmp_
     """The real `_one_schedule` path of a sweep point (search operator, scripted proposer and
     solver): no boundary reads, one validation read of the final harness after the run."""
     from tests.fakes import ScriptedModel
+    from tests.metaharness.test_loop import GOOD
     from tests.revise.conftest import SEED as SUM_SEED
     from tests.revise.conftest import prose_solver
-    from tests.search.test_loop import GOOD
     from whale.schedule.cotrain import _one_schedule
 
     class Serving:

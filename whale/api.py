@@ -22,9 +22,12 @@ here resumes from Python (`resume=DIR`) or from the CLI (`--resume DIR`; train-p
 (`whale.runs.resume`).
 
 Task, harness and models may be names (a task id; a seed name or a path; a catalog name, a
-`.gguf` path or `NAME@URL`), configs (`ModelConfig`) or objects (a `Task`, a harness's source
-text, a `ChatModel`): an object is used as given, and its own name stands in the config (and
-in the ledger's fingerprint). Models are closed when the run ends.
+`.gguf` path or `NAME@URL`), configs (`ModelConfig`) or objects (a `whale.tasks.TaskBase`, a
+harness's source text, a chat model: anything with `.chat`): an object is used as given, and
+the config records it as `object:NAME` (a task's with a digest of its questions), which no
+registry resolves, so its ledger is never reused for a named task or other questions; a run
+of objects resumes from Python with the same objects. `cotrain`, `rsft` and `diagnose` serve
+and train their models themselves: they take names. Models are closed when the run ends.
 """
 
 from __future__ import annotations
@@ -39,8 +42,22 @@ from typing import Any, Literal, TypeVar
 from whale import config as cfgmod
 from whale.errors import RunInterrupted, WhaleError
 from whale.models import ChatModel, ModelConfig, close_model
-from whale.records import write_atomic
-from whale.runs import RunDirError, check_out, hold_run_dir, load_run_config, new_run_dir
+from whale.records import RecordError, write_atomic
+from whale.runs import (
+    RunDirError,
+    check_out,
+    hold_run_dir,
+    load_run_config,
+    new_run_dir,
+    refuse_changes,
+)
+from whale.runs.given import (
+    Fields,
+    Overrides,
+    build_config,
+    given_fields,
+    object_of,
+)
 from whale.runs.result import Reading, Run
 from whale.runs.setup import check_operator, load_harness, load_task, resolve
 from whale.tasks import Task
@@ -51,8 +68,6 @@ __all__ = [
 ]  # fmt: skip
 
 C = TypeVar("C")
-Overrides = Mapping[str, Any] | Sequence[str]
-Fields = Mapping[str, Any] | None
 Say = Callable[[str], None]
 TaskArg = str | Task | None
 ModelArg = str | ModelConfig | ChatModel | None
@@ -81,19 +96,20 @@ def evaluate(
     from whale.evaluation import evaluate as evaluate_runs
     from whale.harness import make_runtime
 
-    given, source_text = _given(fields, task=task, harness=harness, model=model, n=n,
-                                workers=workers, out=out, **{"task.seed": seed})  # fmt: skip
+    given, source_text = given_fields(fields, True, task=task, harness=harness, model=model,
+                                      n=n, workers=workers, out=out,
+                                      **{"task.seed": seed})  # fmt: skip
     cfg = build_config(EvalConfig, config, overrides, given)
     check_out(cfg.out)
     _check_services(cfg)
-    task_obj, source, backend = resolve(cfg, unsafe_no_sandbox, _obj(task), source_text,
-                                        _obj(model))  # fmt: skip
+    task_obj, source, backend = resolve(cfg, unsafe_no_sandbox, object_of(task), source_text,
+                                        object_of(model))  # fmt: skip
     questions = task_obj.questions()[: cfg.n]
     run_dir, lock = _new_run(cfg, "eval", backend)
-    if on_start is not None:
-        on_start(len(questions))
     try:
         with _in_run(run_dir, total=len(questions)):
+            if on_start is not None:
+                on_start(len(questions))
             cfgmod.save(cfg, run_dir / "config.toml")
             (run_dir / "harness.py").write_text(source)
             outcomes_f = JsonlWriter(run_dir / "outcomes.jsonl")
@@ -113,11 +129,11 @@ def evaluate(
                 outcomes_f.close()
                 traj_f.close()
                 runtime.close()
-                close_model(backend)
             summary = {**result.summary(), "task": cfg.task.id, "harness": cfg.harness,
                        "model": cfg.model.name, "run_dir": str(run_dir)}  # fmt: skip
             write_atomic(run_dir / "summary.json", json.dumps(summary, indent=2))
     finally:
+        close_model(backend)
         lock.release()
     return Run("eval", run_dir, source, {"harness": _reading(result)}, summary, result.outcomes)
 
@@ -138,7 +154,7 @@ def adapt(
     the held-out split (`held_out`: seed, final). `resume=DIR` continues DIR."""
     from whale.revise.run import AdaptConfig, adapt_json, run_adapt, split_pools
 
-    given, source_text = _given(fields, task=task, harness=harness, solver=solver,
+    given, source_text = given_fields(fields, task=task, harness=harness, solver=solver,
                                 proposer=proposer, rounds=rounds, g=g, select=select, dev=dev,
                                 eval=eval, feedback=feedback, workers=workers, seed=seed,
                                 out=out)  # fmt: skip
@@ -146,8 +162,8 @@ def adapt(
     try:
         _check_services(cfg)
         task_obj, source, solver_model, proposer_model = check_operator(
-            cfg, unsafe_no_sandbox, lambda t: split_pools(t, cfg), _obj(task), source_text,
-            _obj(solver), _obj(proposer))  # fmt: skip
+            cfg, unsafe_no_sandbox, lambda t: split_pools(t, cfg), object_of(task), source_text,
+            object_of(solver), object_of(proposer))  # fmt: skip
         if run_dir is None:
             run_dir, lock = _new_run(cfg, "adapt", solver_model, proposer_model)
         with _in_run(run_dir):
@@ -176,15 +192,15 @@ def search(
     final). `resume=DIR` continues DIR."""
     from whale.metaharness.run import SearchConfig, run_search, search_splits
 
-    given, source_text = _given(fields, task=task, harness=harness, solver=solver,
+    given, source_text = given_fields(fields, task=task, harness=harness, solver=solver,
                                 proposer=proposer, iterations=iterations, m=m, dev=dev,
                                 eval=eval, workers=workers, seed=seed, out=out)  # fmt: skip
     cfg, run_dir, lock = _open(SearchConfig, "search", resume, config, overrides, given)
     try:
         _check_services(cfg)
         task_obj, source, solver_model, proposer_model = check_operator(
-            cfg, unsafe_no_sandbox, lambda t: search_splits(t, cfg), _obj(task), source_text,
-            _obj(solver), _obj(proposer))  # fmt: skip
+            cfg, unsafe_no_sandbox, lambda t: search_splits(t, cfg), object_of(task), source_text,
+            object_of(solver), object_of(proposer))  # fmt: skip
         if run_dir is None:
             run_dir, lock = _new_run(cfg, "search", solver_model, proposer_model)
         with _in_run(run_dir):
@@ -213,8 +229,8 @@ def cotrain(
     stagewise) alternates weight phases and harness phases on one ledger; the eval split is
     read at every phase boundary (`held_out`: base, and each schedule's final read). The
     solver is trained, so it is named (a config), never an object."""
-    given, _ = _given(fields, task=task, harness=harness, solver=solver, proposer=proposer,
-                      schedules=None if schedules is None else list(schedules),
+    given, _ = given_fields(fields, False, task=task, harness=harness, solver=solver,
+                      proposer=proposer, schedules=None if schedules is None else list(schedules),
                       rollouts=rollouts, workers=workers, seed=seed, out=out)  # fmt: skip
     return _weights("cotrain", resume, config, overrides, given, unsafe_no_sandbox, task, say)
 
@@ -229,12 +245,15 @@ def rsft(
     """The weight phase alone (`whale rsft`): rejection-sampling SFT of the solver under a
     frozen harness, `epochs` of the prompt pool; the eval split read before and after
     (`held_out`: base, weight-only)."""
-    given, _ = _given(fields, task=task, harness=harness, solver=solver, rollouts=rollouts,
-                      workers=workers, seed=seed, out=out, weight_epochs=epochs)  # fmt: skip
+    given, _ = given_fields(fields, False, task=task, harness=harness, solver=solver,
+                      rollouts=rollouts, workers=workers, seed=seed, out=out,
+                      weight_epochs=epochs)  # fmt: skip
     if resume is None:  # what makes cotrain's config the weight phase alone
         given = {"schedules": ["weight-only"], "cycles": 1, "search": 1, **given}
         if "weight_epochs" not in given and config is None:
             given["weight_epochs"] = 1.0
+        if "rollouts" not in given and not dataclasses.is_dataclass(config):
+            given["rollouts"] = cfgmod.NONE  # no cap: the epochs (or patience) end it
     return _weights("rsft", resume, config, overrides, given, unsafe_no_sandbox, task, say)
 
 
@@ -252,7 +271,7 @@ def _weights(kind: str, resume: PathArg, config: Any, overrides: Overrides,
             raise cfgmod.ConfigError("rsft runs the weight phase only (schedules = "
                                      "['weight-only']): use whale cotrain").at("schedules")
         _check_services(cfg)
-        task_obj, source, proposer_model, more = prepare(cfg, unsafe, _obj(task))
+        task_obj, source, proposer_model, more = prepare(cfg, unsafe, object_of(task))
         if run_dir is None:
             run_dir, lock = _new_run(cfg, kind, proposer_model)
         with _in_run(run_dir):
@@ -333,13 +352,14 @@ def diagnose(
     each; per capability, which lever moved it beyond noise (`records`: diagnosis.json)."""
     from whale.analysis.diagnose import CONFIG_NAME, DiagnoseConfig, prepare, run_diagnose
 
-    given, _ = _given(fields, task=task, harness=harness, solver=solver, proposer=proposer,
-                      rollouts=rollouts, workers=workers, seed=seed, out=out)  # fmt: skip
+    given, _ = given_fields(fields, False, task=task, harness=harness, solver=solver,
+                      proposer=proposer, rollouts=rollouts, workers=workers, seed=seed,
+                      out=out)  # fmt: skip
     cfg, run_dir, lock = _open(DiagnoseConfig, "diagnose", resume, config, overrides, given,
                                CONFIG_NAME)  # fmt: skip
     try:
         _check_services(cfg)
-        task_obj, source, proposer_model = prepare(cfg, unsafe_no_sandbox, _obj(task))
+        task_obj, source, proposer_model = prepare(cfg, unsafe_no_sandbox, object_of(task))
         if run_dir is None:
             run_dir, lock = _new_run(cfg, "diagnose", proposer_model)
         with _in_run(run_dir):
@@ -348,68 +368,6 @@ def diagnose(
         if lock is not None:
             lock.release()
     return Run("diagnose", run_dir, None, {}, diag)
-
-
-# --- config -------------------------------------------------------------------------------
-
-
-def build_config(cls: type[C], config: Any, overrides: Overrides, given: Mapping[str, Any],
-                 toml: str | Path | None = None) -> C:  # fmt: skip
-    """`cls` from a config object or TOML path (`config`), the fields `given` (dotted names;
-    None: not given) and `overrides`, checked: ConfigError naming the field. `toml`: a TOML
-    file read over an object `config` (train-proposer's saved config < --config)."""
-    tree: dict[str, Any] = {}
-    path = toml
-    if dataclasses.is_dataclass(config) and isinstance(config, cls):
-        tree = cfgmod.to_dict(config)
-    elif isinstance(config, str | Path):
-        path = config
-    elif config is not None:
-        raise cfgmod.ConfigError(f"config: want a {cls.__name__} or a TOML path, not "
-                                 f"{type(config).__name__}").at("config")  # fmt: skip
-    cfgmod.merge(tree, cfgmod.nest(given))
-    return cfgmod.load(cls, path, _override_list(overrides), base=tree)
-
-
-def _override_list(overrides: Overrides) -> list[str]:
-    if isinstance(overrides, str):  # one "a.b=c", not a sequence of characters
-        return [overrides]
-    if isinstance(overrides, Mapping):
-        return [cfgmod.override_text(k, v) for k, v in overrides.items()]
-    return list(overrides)
-
-
-# The config field each keyword argument sets (the others are top-level fields by their name).
-_FIELD = {"task": "task.id", "model": "model.name", "solver": "solver.name",
-          "proposer": "proposer.name"}  # fmt: skip
-
-
-def _given(fields: Fields, **kwargs: Any) -> tuple[dict[str, Any], str | None]:
-    """The dotted config fields of `fields` and the keyword arguments given (None: not
-    given), and a harness given as source text. A name sets its field; a ModelConfig sets
-    its whole section; an object (a Task, a ChatModel) is used as given and sets the field
-    to its own name, so the ledger's fingerprint tells it from a named one."""
-    out = {k: v for k, v in (fields or {}).items() if v is not None}
-    source = None
-    for key, value in kwargs.items():
-        name = _FIELD.get(key, key)
-        if value is None:
-            continue
-        if key == "harness" and isinstance(value, str) and "\n" in value:
-            source, value = value, "<source>"
-        if isinstance(value, ModelConfig):
-            out[name.rsplit(".", 1)[0]] = cfgmod.to_dict(value)
-        elif key in _FIELD and not isinstance(value, str | int):
-            own = getattr(value, "name", None)
-            out[name] = own if isinstance(own, str) and own else f"object:{type(value).__name__}"
-        else:
-            out[name] = str(value) if isinstance(value, Path) else value
-    return out, source
-
-
-def _obj(value: Any) -> Any:
-    """The object given for a task or model; None for a name or a config."""
-    return None if value is None or isinstance(value, str | ModelConfig) else value
 
 
 # --- shared steps -------------------------------------------------------------------------
@@ -433,8 +391,12 @@ def _open(cls: type[C], kind: str, resume: PathArg, config: Any, overrides: Over
         raise RunDirError(f"--resume {run_dir}: not a directory").at("resume")
     lock = hold_run_dir(run_dir)
     try:
-        saved = load_run_config(run_dir, cls, name, command=f"whale {kind}")
+        try:
+            saved = load_run_config(run_dir, cls, name, command=f"whale {kind}")
+        except RecordError as e:
+            raise e.at("resume") from None
         cfg = build_config(cls, saved, overrides, given)
+        refuse_changes(saved, cfg, run_dir)  # before the new task or models are loaded
     except BaseException:
         lock.release()
         raise

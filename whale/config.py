@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import json
 import math
+import re
 import tomllib
 import types
 import typing
@@ -362,8 +363,14 @@ def nest(flat: Mapping[str, Any]) -> dict[str, Any]:
     return tree
 
 
+_DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
 def override_text(key: str, value: Any) -> str:
-    """The `--set` text of one field: `key=<TOML literal of value>` (None: NONE)."""
+    """The `--set` text of one field: `key=<TOML literal of value>` (None: NONE). A key that
+    is not a dotted name (`a.b_c`) is refused: it could carry a second assignment."""
+    if not isinstance(key, str) or not _DOTTED.fullmatch(key):
+        raise ConfigError(f"override key {key!r}: not a dotted field name", "overrides")
     return f"{key}={_inline(value)}"
 
 
@@ -375,8 +382,8 @@ def _inline(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, int | float):
         return repr(value)
-    if isinstance(value, str | Path):
-        return json.dumps(str(value))
+    if isinstance(value, str | Path):  # characters as they are: JSON's \ud83d pairs are not TOML
+        return json.dumps(str(value), ensure_ascii=False)
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_inline(v) for v in value) + "]"
     if isinstance(value, dict):

@@ -7,8 +7,8 @@ import re
 import pytest
 
 from tests.fakes import ScriptedModel
+from tests.metaharness.test_loop import GOOD, WORSE
 from tests.revise.conftest import SEED, SumTask, prose_solver
-from tests.search.test_loop import GOOD, WORSE
 from whale.harness import Runtime, harness_hash
 from whale.metaharness.loop import SearchSettings
 from whale.metaharness.operator import SearchOperator

@@ -2,8 +2,8 @@
 ran an extra iteration and spent past its budget)."""
 
 from tests.fakes import ScriptedModel
+from tests.metaharness.test_loop import GOOD, WORSE
 from tests.revise.conftest import SEED, SumTask, prose_solver
-from tests.search.test_loop import GOOD, WORSE
 from whale.harness import Runtime
 from whale.metaharness.loop import SearchSettings
 from whale.metaharness.operator import SearchOperator

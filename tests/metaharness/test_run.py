@@ -3,10 +3,10 @@
 import pytest
 
 from tests.fakes import ScriptedModel
+from tests.metaharness.test_loop import GOOD
 from tests.revise.conftest import SEED, SumTask, prose_solver
-from tests.search.test_loop import GOOD
 from whale.metaharness.run import SearchConfig, run_search, search_splits
-from whale.records import RecordError
+from whale.runs import ResumeMismatch
 
 
 def go(tmp_path, task, **kw):
@@ -35,8 +35,9 @@ def test_no_eval_question_appears_anywhere_under_the_archive(tmp_path):
 def test_a_resume_may_not_change_the_experiment(tmp_path):
     task = SumTask(n=12)
     go(tmp_path, task)
-    with pytest.raises(RecordError, match="seed"):
+    with pytest.raises(ResumeMismatch, match="seed") as e:
         go(tmp_path, task, seed=1)
+    assert e.value.field == "seed"
 
 
 def test_a_finished_resume_pays_nothing(tmp_path):

@@ -7,9 +7,9 @@ import os
 import pytest
 
 from tests.fakes import ScriptedModel
+from tests.metaharness.test_bad_calls import BAD_CALLS
+from tests.metaharness.test_loop import GOOD
 from tests.revise.conftest import SEED, SumTask, prose_solver
-from tests.search.test_bad_calls import BAD_CALLS
-from tests.search.test_loop import GOOD
 from whale.harness import Runtime, harness_hash
 from whale.metaharness import Archive, ArchiveTools, CandidateMeta
 from whale.metaharness.agent import PENDING, ProposerAgent

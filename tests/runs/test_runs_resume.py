@@ -20,7 +20,7 @@ from whale.train.proposer.run import ProposerTrainConfig, check_stage_changes
 
 COMMANDS = [AdaptConfig, SearchConfig, CotrainConfig, ProposerTrainConfig, DiagnoseConfig]
 # Where or how fast rollouts run: the same for every command.
-WHERE = [{"workers": 1}, {"out": "elsewhere"}, {"runtime": {"warm": 0}},
+WHERE = [{"workers": 1}, {"runtime": {"warm": 0}},
          {"runtime": {"executor": {"actors": 3}}}, {"solver": {"threads": 7}},
          {"solver": {"endpoints": ["http://a:1/v1", "http://b:1/v1"]}}]  # fmt: skip
 # What a rollout produces: refused by every command.
@@ -52,6 +52,14 @@ def test_where_and_how_fast_may_change_for_every_command(cls, tree, tmp_path):
 def test_what_a_rollout_produces_is_refused_for_every_command(cls, tree, name, tmp_path):
     with pytest.raises(ResumeMismatch, match=f"{name} was .* when the run started"):
         refuse_changes(cls(), changed(cls, tree), tmp_path)
+
+
+@pytest.mark.parametrize("cls", COMMANDS, ids=lambda c: c.__name__)
+def test_another_out_is_refused_for_every_command(cls, tmp_path):
+    """A resumed run stays in its directory: another `out` would be recorded, not used."""
+    with pytest.raises(ResumeMismatch) as e:
+        refuse_changes(cls(), changed(cls, {"out": "elsewhere"}), tmp_path)
+    assert e.value.field == "out"
 
 
 @pytest.mark.parametrize("cls", list(BUDGET), ids=lambda c: c.__name__)

@@ -416,9 +416,9 @@ def run_diagnose(
         if (run_dir / CONFIG_NAME).exists():
             saved = load_run_config(run_dir, DiagnoseConfig, CONFIG_NAME, "whale diagnose")
             refuse_changes(saved, cfg, run_dir)
-    except (cfgmod.ConfigError, RecordError) as e:
+    except (cfgmod.ConfigError, RecordError):  # a refused resume keeps its type and field
         close_model(proposer_model)
-        raise RecordError(str(e)) from None
+        raise
     save_run_config(run_dir, cfg, CONFIG_NAME)
     pool: Task = task
     if cfg.reserve_adapt:

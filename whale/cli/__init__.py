@@ -26,7 +26,3 @@ __all__ = ["app", "main"]
 
 def main() -> None:  # pragma: no cover
     sys.exit(app())
-
-
-if __name__ == "__main__":  # python -m whale.cli
-    main()

@@ -102,6 +102,8 @@ def call(fn: Callable[[], T], again: Callable[[Path], str],
         if e.total is not None:  # a run that cannot be resumed (eval) says how far it got
             interrupts.stopped(f"{kept} of {e.total} rollouts recorded in {e.run_dir}")
         interrupts.stopped(f"{kept} rollouts recorded; `{again(e.run_dir)}` continues")
+    except KeyboardInterrupt:  # before a run directory existed: nothing was recorded
+        interrupts.stopped("stopped before any rollout was recorded")
     finally:
         restore()
 

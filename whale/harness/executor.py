@@ -20,7 +20,7 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Generator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from whale.config import at_least
@@ -134,11 +134,6 @@ def make_executor(cfg: ExecutorConfig) -> Executor | None:
     return shared_executor(cfg.address, cfg.actors, cfg.per_actor, cfg.num_cpus or None,
                            cfg.actor_start_s)  # fmt: skip
 
-
-# The dotted config fields of `runtime.executor`: a resumed run may change them all (where
-# rollouts run never changes what they produce; the ledger fingerprint leaves them out).
-EXECUTOR_RESUMABLE = frozenset(f"runtime.executor.{f.name}" for f in fields(ExecutorConfig))
-
-__all__ = ["EXECUTOR_RESUMABLE", "RAY_MISSING", "Executor", "ExecutorConfig", "ExecutorKind",
+__all__ = ["RAY_MISSING", "Executor", "ExecutorConfig", "ExecutorKind",
            "ExecutorUnavailable", "LocalPool", "Rollout", "make_executor", "ray_available",
            "remote_fault"]  # fmt: skip

@@ -5,7 +5,7 @@ experiment. A field of a command's config may change on resume iff no recorded r
 on it, which is true of three kinds of field and no other:
 
 1. Where or how fast rollouts run, never what they produce. Every command has these, and the
-   rule finds them by place and type (`resumable`): the top-level `workers`, `out` and
+   rule finds them by place and type (`resumable`): the top-level `workers` and
    `tracking`; of a `RuntimeConfig`, `warm` and the whole `executor`; of every `ModelConfig`,
    how its backend is reached, cached or paced (`MODEL_REACH`), and `timeout_s` of every model
    but the solver (a proposal, teacher edit or review that timed out is not kept, it is asked
@@ -18,6 +18,9 @@ on it, which is true of three kinds of field and no other:
    read (`eval_read.json`: it is read once, at the end of the budget), the budget is fixed.
 3. How recorded results are judged after every rollout has run, named in `judging_fields`
    (diagnose: `z`, which only re-judges the recorded probes).
+
+`out` is not one of them: a resumed run stays in its directory, so another `out` would only
+be recorded wrong (refused).
 
 Any other field defines the experiment, and so does a field added to a config later until
 it is given one of these kinds. `refuse_changes` holds the rule for every command;
@@ -44,7 +47,6 @@ from whale.runs.errors import ResumeMismatch
 # Fields of every command's config that say where its run is and what mirrors it.
 TOP_LEVEL = {
     "workers": "how many rollouts run at once",
-    "out": "where the run directory is",
     "tracking": "mirrors the finished run into a tracker; never what the run does",
 }
 # Of a RuntimeConfig: where rollouts run, not what they may do (budget, limits, sandbox).
