@@ -155,9 +155,9 @@ def adapt(
     from whale.revise.run import AdaptConfig, adapt_json, run_adapt, split_pools
 
     given, source_text = given_fields(fields, task=task, harness=harness, solver=solver,
-                                proposer=proposer, rounds=rounds, g=g, select=select, dev=dev,
-                                eval=eval, feedback=feedback, workers=workers, seed=seed,
-                                out=out)  # fmt: skip
+                                      proposer=proposer, rounds=rounds, g=g, select=select,
+                                      dev=dev, eval=eval, feedback=feedback, workers=workers,
+                                      seed=seed, out=out)  # fmt: skip
     cfg, run_dir, lock = _open(AdaptConfig, "adapt", resume, config, overrides, given)
     try:
         _check_services(cfg)
@@ -193,8 +193,9 @@ def search(
     from whale.metaharness.run import SearchConfig, run_search, search_splits
 
     given, source_text = given_fields(fields, task=task, harness=harness, solver=solver,
-                                proposer=proposer, iterations=iterations, m=m, dev=dev,
-                                eval=eval, workers=workers, seed=seed, out=out)  # fmt: skip
+                                      proposer=proposer, iterations=iterations, m=m, dev=dev,
+                                      eval=eval, workers=workers, seed=seed,
+                                      out=out)  # fmt: skip
     cfg, run_dir, lock = _open(SearchConfig, "search", resume, config, overrides, given)
     try:
         _check_services(cfg)
@@ -230,8 +231,9 @@ def cotrain(
     read at every phase boundary (`held_out`: base, and each schedule's final read). The
     solver is trained, so it is named (a config), never an object."""
     given, _ = given_fields(fields, False, task=task, harness=harness, solver=solver,
-                      proposer=proposer, schedules=None if schedules is None else list(schedules),
-                      rollouts=rollouts, workers=workers, seed=seed, out=out)  # fmt: skip
+                            proposer=proposer,
+                            schedules=None if schedules is None else list(schedules),
+                            rollouts=rollouts, workers=workers, seed=seed, out=out)  # fmt: skip
     return _weights("cotrain", resume, config, overrides, given, unsafe_no_sandbox, task, say)
 
 
@@ -246,8 +248,8 @@ def rsft(
     frozen harness, `epochs` of the prompt pool; the eval split read before and after
     (`held_out`: base, weight-only)."""
     given, _ = given_fields(fields, False, task=task, harness=harness, solver=solver,
-                      rollouts=rollouts, workers=workers, seed=seed, out=out,
-                      weight_epochs=epochs)  # fmt: skip
+                            rollouts=rollouts, workers=workers, seed=seed, out=out,
+                            weight_epochs=epochs)  # fmt: skip
     if resume is None:  # what makes cotrain's config the weight phase alone
         given = {"schedules": ["weight-only"], "cycles": 1, "search": 1, **given}
         if "weight_epochs" not in given and config is None:
@@ -308,6 +310,9 @@ def train_proposer(
     if run_dir is not None and run_dir.exists() and not run_dir.is_dir():
         raise RunDirError(f"--run {run_dir}: exists and is not a directory").at("run")
     if run_dir is not None and (run_dir / "config.toml").is_file():
+        if dataclasses.is_dataclass(config):
+            raise cfgmod.ConfigError(f"config: {run_dir} holds the run's config.toml; give "
+                                     "`fields` or `overrides` to change it").at("config")
         base: Any = load_run_config(run_dir, runmod.ProposerTrainConfig)
     elif stage != "sft":
         raise RunDirError(f"--run {run_dir}: no config.toml there (start with `whale "
@@ -353,8 +358,8 @@ def diagnose(
     from whale.analysis.diagnose import CONFIG_NAME, DiagnoseConfig, prepare, run_diagnose
 
     given, _ = given_fields(fields, False, task=task, harness=harness, solver=solver,
-                      proposer=proposer, rollouts=rollouts, workers=workers, seed=seed,
-                      out=out)  # fmt: skip
+                            proposer=proposer, rollouts=rollouts, workers=workers, seed=seed,
+                            out=out)  # fmt: skip
     cfg, run_dir, lock = _open(DiagnoseConfig, "diagnose", resume, config, overrides, given,
                                CONFIG_NAME)  # fmt: skip
     try:
