@@ -419,3 +419,15 @@ def test_an_unavailable_tracker_is_refused_naming_tracking(tmp_path):
     with pytest.raises(whale.WhaleError) as e:
         small_adapt(tmp_path / "t", fields={"tracking": "wandb"})
     assert e.value.field == "tracking" and not (tmp_path / "t").exists()
+
+
+def test_train_proposer_refuses_a_config_object_over_a_runs_saved_config(tmp_path):
+    from whale.runs import save_run_config
+    from whale.train.proposer.run import ProposerTrainConfig
+
+    run = tmp_path / "p"
+    run.mkdir()
+    save_run_config(run, ProposerTrainConfig())
+    with pytest.raises(ConfigError) as e:  # never silently ignored
+        whale.train_proposer("grpo", run, config=ProposerTrainConfig())
+    assert e.value.field == "config"
