@@ -139,6 +139,7 @@ def resolve(cfg: Any, unsafe: bool, task: Task | None = None, source: str | None
         from whale.harness.executor import remote_fault
 
         if (why := remote_fault(solver)) is not None:  # before a run directory exists
+            close_model(solver)
             raise ConfigError(why).at("runtime.executor.kind")
     return task, source, solver
 
@@ -159,6 +160,7 @@ def check_operator(cfg: Any, unsafe: bool, splits: Callable[[Task], object],
     cfg.runtime.sandbox = ecfg.runtime.sandbox
     fault = run_contract_fault(seed_source)
     if fault is not None:  # a seed that cannot run makes no experiment
+        close_model(solver_model)
         raise HarnessUnavailable(f"--harness {cfg.harness}: the seed harness {fault}").at(
             "harness")  # fmt: skip
     try:
