@@ -444,23 +444,11 @@ def prepare(cfg: DiagnoseConfig, unsafe: bool,
     typed WhaleErrors naming the field. The solver is only checked to exist (the probes serve
     it themselves), uncached; the splits can be drawn with adapt's held-out questions kept out
     (`reserve_adapt`)."""
-    import dataclasses
-
-    from whale.evaluation import EvalConfig
-    from whale.harness.contract import run_contract_fault
-    from whale.runs.setup import HarnessUnavailable, SplitRefused, model, resolve
+    from whale.runs.setup import SplitRefused, model
     from whale.schedule.cotrain import cotrain_splits
+    from whale.schedule.setup import seed_and_task
 
-    ecfg = EvalConfig(task=cfg.task, harness=cfg.harness, runtime=cfg.runtime,
-                      model=dataclasses.replace(cfg.solver, cache=False),
-                      n=cfg.pool_size())  # fmt: skip
-    task_obj, source, solver_check = resolve(ecfg, unsafe, task, model_field="solver")
-    close_model(solver_check)
-    cfg.runtime.sandbox = ecfg.runtime.sandbox
-    fault = run_contract_fault(source)
-    if fault is not None:
-        raise HarnessUnavailable(f"--harness {cfg.harness}: the seed harness {fault}").at(
-            "harness")  # fmt: skip
+    task_obj, source, _ = seed_and_task(cfg, unsafe, cfg.pool_size(), task)
     try:  # the splits can be drawn (before any run dir or model)
         pool = Excluding(task_obj, adapt_held_out(task_obj, cfg.seed)) if cfg.reserve_adapt \
             else task_obj  # fmt: skip

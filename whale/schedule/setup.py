@@ -29,21 +29,29 @@ from whale.schedule.cotrain import (
 from whale.tasks import Task
 
 
-def prepare(cfg: CotrainConfig, unsafe: bool,
-            task: Task | None = None) -> tuple[Task, str, Any, Task | None]:  # fmt: skip
-    """(task, seed source, proposer model or None, the task validation draws from) of `cfg`,
-    each checked; typed WhaleErrors naming the field. The solver is only checked to exist
-    (cotrain serves it itself), uncached; `task` replaces the config's task id."""
+def seed_and_task(cfg: Any, unsafe: bool, n: int,
+                  task: Task | None = None) -> tuple[Task, str, EvalConfig]:  # fmt: skip
+    """(task, seed source, the eval-shaped config they were checked under) of a config that
+    trains its own solver (cotrain, rsft, diagnose): the task loaded at `n` questions (or the
+    object given), the seed keeping the run contract, the solver only checked to exist (the
+    run serves it itself), uncached."""
     ecfg = EvalConfig(task=cfg.task, harness=cfg.harness, runtime=cfg.runtime,
-                      model=dataclasses.replace(cfg.solver, cache=False),
-                      n=pool_size(cfg))  # fmt: skip
+                      model=dataclasses.replace(cfg.solver, cache=False), n=n)  # fmt: skip
     task_obj, source, solver_check = resolve(ecfg, unsafe, task, model_field="solver")
     close_model(solver_check)
-    cfg.runtime.sandbox = ecfg.runtime.sandbox
     fault = run_contract_fault(source)
     if fault is not None:
         raise HarnessUnavailable(f"--harness {cfg.harness}: the seed harness {fault}").at(
             "harness")  # fmt: skip
+    return task_obj, source, ecfg
+
+
+def prepare(cfg: CotrainConfig, unsafe: bool,
+            task: Task | None = None) -> tuple[Task, str, Any, Task | None]:  # fmt: skip
+    """(task, seed source, proposer model or None, the task validation draws from) of `cfg`,
+    each checked; typed WhaleErrors naming the field. The task is loaded at the size a run
+    without validation loads (the same train and eval); `task` replaces the config's id."""
+    task_obj, source, ecfg = seed_and_task(cfg, unsafe, pool_size(cfg), task)
 
     def larger(size: int) -> Task:  # the same task with more questions, for validation
         if task is not None:
