@@ -131,3 +131,12 @@ def test_a_bad_size_is_refused_before_the_loader_runs(fresh):
     with pytest.raises(UnknownTask, match="size must be a positive integer"):
         load_task("count:1", size=0)
     assert called == []
+
+
+def test_the_kind_that_names_task_objects_is_reserved():
+    """A run of a task object records `object:NAME@DIGEST`: no registered loader may answer
+    that id, or a resume from the CLI would load something else under the object's ledger."""
+    from whale.tasks.registry import TaskRegistry
+
+    with pytest.raises(ValueError, match="object"):
+        TaskRegistry().register("object:NAME", lambda req: None, "anything")  # type: ignore[arg-type,return-value]

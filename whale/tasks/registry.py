@@ -55,6 +55,7 @@ class DuplicateTask(WhaleError, ValueError):
 
 
 _PATTERN = re.compile(r"[A-Za-z0-9_.-]+(:\S+)?")
+RESERVED = "object"  # whale.runs.given records a task object as `object:NAME@DIGEST`
 
 
 class TaskRegistry:
@@ -74,6 +75,9 @@ class TaskRegistry:
         if not description.strip() or "\n" in description.strip():
             raise ValueError(f"task pattern {pattern!r}: the description must be one line")
         new = TaskEntry(pattern, description.strip(), load)
+        if new.kind == RESERVED:
+            raise ValueError(f"task pattern {pattern!r}: the kind {RESERVED!r} names task "
+                             "objects given to the API (`object:NAME@DIGEST`); choose another")
         for e in self._entries:
             if e.kind == new.kind and e.takes_arg == new.takes_arg:
                 raise DuplicateTask(
