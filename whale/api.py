@@ -68,6 +68,7 @@ __all__ = [
 ]  # fmt: skip
 
 C = TypeVar("C")
+T = TypeVar("T")
 Say = Callable[[str], None]
 TaskArg = str | Task | None
 ModelArg = str | ModelConfig | ChatModel | None
@@ -158,21 +159,9 @@ def adapt(
                                       proposer=proposer, rounds=rounds, g=g, select=select,
                                       dev=dev, eval=eval, feedback=feedback, workers=workers,
                                       seed=seed, out=out)  # fmt: skip
-    cfg, run_dir, lock = _open(AdaptConfig, "adapt", resume, config, overrides, given)
-    try:
-        _check_services(cfg)
-        task_obj, source, solver_model, proposer_model = check_operator(
-            cfg, unsafe_no_sandbox, lambda t: split_pools(t, cfg), object_of(task), source_text,
-            object_of(solver), object_of(proposer))  # fmt: skip
-        if run_dir is None:
-            run_dir, lock = _new_run(cfg, "adapt", solver_model, proposer_model)
-        with _in_run(run_dir):
-            result, meta = run_adapt(cfg, run_dir, task_obj, source, solver_model,
-                                     proposer_model, say)  # fmt: skip
-    finally:
-        if lock is not None:
-            lock.release()
-    _mirror(cfg, run_dir, say)
+    cfg, run_dir, (result, meta) = _harness_operator(
+        AdaptConfig, "adapt", resume, config, overrides, given, unsafe_no_sandbox, split_pools,
+        run_adapt, (object_of(task), source_text, object_of(solver), object_of(proposer)), say)
     held = {"seed": _reading(result.seed_eval), "final": _reading(result.final_eval)}
     return Run("adapt", run_dir, _saved_harness(run_dir, result.final_hash), held,
                adapt_json(result, meta), result.final_eval.outcomes)  # fmt: skip
@@ -196,24 +185,37 @@ def search(
                                       proposer=proposer, iterations=iterations, m=m, dev=dev,
                                       eval=eval, workers=workers, seed=seed,
                                       out=out)  # fmt: skip
-    cfg, run_dir, lock = _open(SearchConfig, "search", resume, config, overrides, given)
+    cfg, run_dir, (_, meta) = _harness_operator(
+        SearchConfig, "search", resume, config, overrides, given, unsafe_no_sandbox,
+        search_splits, run_search,
+        (object_of(task), source_text, object_of(solver), object_of(proposer)), say)
+    held = {"seed": Reading.of(meta["seed_eval"]["accuracy"], cfg.eval),
+            "final": Reading.of(meta["final_eval"]["accuracy"], cfg.eval)}  # fmt: skip
+    return Run("search", run_dir, _saved_harness(run_dir, meta["final_eval"]["hash"]), held, meta)
+
+
+def _harness_operator(cls: type[C], kind: str, resume: PathArg, config: Any,
+                      overrides: Overrides, given: dict[str, Any], unsafe: bool,
+                      splits: Callable[[Task, C], object], run: Callable[..., T],
+                      objects: tuple[Any, ...], say: Say) -> tuple[C, Path, T]:  # fmt: skip
+    """`adapt` and `search`: the config (new, or resumed and locked), the checks before any
+    cost (`splits(task, cfg)` can be drawn; objects: the task, harness source, solver and
+    proposer given as objects, or None), then `run(cfg, run_dir, task, source, solver,
+    proposer, say)` in the run directory, then the tracker."""
+    cfg, run_dir, lock = _open(cls, kind, resume, config, overrides, given)
     try:
         _check_services(cfg)
         task_obj, source, solver_model, proposer_model = check_operator(
-            cfg, unsafe_no_sandbox, lambda t: search_splits(t, cfg), object_of(task), source_text,
-            object_of(solver), object_of(proposer))  # fmt: skip
+            cfg, unsafe, lambda t: splits(t, cfg), *objects)
         if run_dir is None:
-            run_dir, lock = _new_run(cfg, "search", solver_model, proposer_model)
+            run_dir, lock = _new_run(cfg, kind, solver_model, proposer_model)
         with _in_run(run_dir):
-            _, meta = run_search(cfg, run_dir, task_obj, source, solver_model, proposer_model,
-                                 say)  # fmt: skip
+            out = run(cfg, run_dir, task_obj, source, solver_model, proposer_model, say)
     finally:
         if lock is not None:
             lock.release()
     _mirror(cfg, run_dir, say)
-    held = {"seed": Reading.of(meta["seed_eval"]["accuracy"], cfg.eval),
-            "final": Reading.of(meta["final_eval"]["accuracy"], cfg.eval)}  # fmt: skip
-    return Run("search", run_dir, _saved_harness(run_dir, meta["final_eval"]["hash"]), held, meta)
+    return cfg, run_dir, out
 
 
 # --- the weight side ----------------------------------------------------------------------
