@@ -24,7 +24,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 		$(PY) -m pip wheel -q --no-deps llama-cpp-python==$(LLAMA_VERSION) -w $(WHEELS)
 	$(PY) -m pip install -q $(WHEELS)/llama_cpp_python-$(LLAMA_VERSION)-*.whl
 	$(MAKE) llama-server
-	$(PY) -m pip install -q -e ".[embedded,retrieval,math,train,track,ray,dev]"
+	$(PY) -m pip install -q -e ".[embedded,retrieval,math,train,track,ray,tools,verifiers,dev]"
 	$(VENV)/bin/whale models install $(MODELS)
 	touch $@
 

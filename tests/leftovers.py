@@ -1,6 +1,6 @@
 """Run after the test suite (`make test`): exit 1, naming them, if a process of a whale sandbox
-uid, a llama.cpp server or a process of a Ray cluster (raylet, gcs_server, an actor) is still
-alive. Nothing a run or a test started may outlive it."""
+uid, a llama.cpp server, a tools process (whale.harness.tools) or a process of a Ray cluster
+(raylet, gcs_server, an actor) is still alive. Nothing a run or a test started may outlive it."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def servers() -> list[str]:
         except OSError:
             continue
         if any(s in args for s in ("llama_cpp.server", "llama-server", "llama_server", "raylet",
-                                   "gcs_server", "ray::")):
+                                   "gcs_server", "ray::", "whale.harness.tools.child")):
             found.append(f"{pid} {args[:160]}")
     return found
 

@@ -18,6 +18,16 @@ this process:
    (`<id> <n> ok <float>`, `timeout`, `error`, `crash`). Only that float (clamped to
    [0, 1], NaN is 0) and fixed feedback strings come back: never text the answer controls.
 
+User graders (`whale.tasks.graders.JailedCall`: a task's `py:module:function` grader, or a
+`regex` grader with a hostile answer's backtracking) run the same way, one zygote per grader:
+it imports the user's module (its file or top package folder bound read-only into the jail;
+from the site-packages when installed there) and forks a child per answer that calls
+`function(question, answer, reference)`. A result that is not a real number (`NOT_A_NUMBER`), is
+NaN or infinite (`NOT_FINITE`) or is outside [0, 1] (`OUT_OF_RANGE`) is an error there, not a
+clamped score; a function that raises is `SCORER_ERROR` plus the exception's class name; one
+past the timeout, or killed for memory, is `TIMEOUT` or `CRASHED`. The task's own timeout,
+memory cap and score threshold for `correct` replace the defaults.
+
 The jail mounts the venv's site-packages read-only (reasoning_gym and sympy must import);
 it has no network, a scratch tmpfs, rlimits, an unprivileged uid, and none of the parent's
 memory: the references of other questions, the eval split and the run directory are not
@@ -44,11 +54,13 @@ judged.py sends the answer to a judge model as text. One cost, not code, finding
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import inspect
 import itertools
 import math
 import os
 import pickle
+import re
 import select
 import struct
 import subprocess
@@ -64,6 +76,7 @@ from whale.grading_zygote import zygote_main
 from whale.harness.budget import Limits
 from whale.harness.sandbox import Jailed, Sandbox, SandboxUnavailable, python_executable
 from whale.tasks.base import Grade, Question, Task
+from whale.tasks.graders import JailedCall
 
 REJECTED = "answer rejected: not a plain expression"
 TOO_LONG = "answer rejected: too long for the grader"
@@ -71,6 +84,12 @@ TIMEOUT = "grading timeout"
 SCORER_ERROR = "scorer error (in the grading jail)"
 CRASHED = "grading crashed"
 UNAVAILABLE = "not graded: grading jail unavailable"
+NOT_A_NUMBER = "grader returned a non-number"
+NOT_FINITE = "grader returned NaN or infinity"
+OUT_OF_RANGE = "grader returned a score outside [0, 1]"
+_WORDS = {b"timeout": TIMEOUT, b"error": SCORER_ERROR, b"notnumber": NOT_A_NUMBER,
+          b"notfinite": NOT_FINITE, b"range": OUT_OF_RANGE}  # fmt: skip
+_ERROR_NAME = re.compile(rb"error ([A-Za-z_][A-Za-z0-9_]{0,39})")
 REPLY_MARGIN_S = 5.0
 _SITE_INSIDE = "/whale/site"
 
@@ -107,11 +126,19 @@ def grade(
     if spec is None:
         return task.grade(question, answer)
     lim = limits or LIMITS
+    if isinstance(spec, JailedCall):  # the task's own limits, where it sets them
+        if spec.timeout_s is not None:
+            lim = dataclasses.replace(lim, timeout_s=spec.timeout_s)
+        if spec.memory_mb is not None:
+            lim = dataclasses.replace(lim, memory_mb=spec.memory_mb)
     if not spec.passes_screen(answer):
         return Grade(0.0, False, REJECTED)
     if len(answer) > lim.max_answer_chars:
         return Grade(0.0, False, TOO_LONG)
-    return _grader(spec.dataset_key, spec, sandbox, lim).grade(spec.entry, answer)
+    g = _grader(spec.dataset_key, spec, sandbox, lim).grade(spec.entry, answer)
+    if isinstance(spec, JailedCall) and not g.feedback:  # a score: correct at the threshold
+        g = Grade(g.score, g.score >= spec.threshold)
+    return g
 
 
 _ZYGOTE_CODE = textwrap.dedent(inspect.getsource(zygote_main)) + "\nzygote_main()\n"
@@ -156,8 +183,10 @@ class _Zygote:
     and replies as each ends, and a reader thread hands each reply to its waiter by id.
     `lock` guards the state and the request pipe (one frame is written whole)."""
 
-    def __init__(self, spec_json: str, sandbox: str, limits: GradingLimits) -> None:
+    def __init__(self, spec_json: str, sandbox: str, limits: GradingLimits,
+                 mounts: tuple[tuple[str, str], ...] = ()) -> None:  # fmt: skip
         self.spec_json, self.sandbox, self.limits = spec_json, sandbox, limits
+        self.mounts = mounts  # host path -> path in the jail, read-only (a user's grader)
         self.lock = threading.Lock()
         self.slots = threading.BoundedSemaphore(max(1, limits.parallel))
         self.jailed: Jailed | None = None
@@ -202,9 +231,18 @@ class _Zygote:
             scratch_mb=16,
         )
         return Sandbox(self.sandbox).spawn(  # type: ignore[arg-type]
-            [python_executable(), "-I", "-S", "-c", _ZYGOTE_CODE, *inside, self.spec_json],
+            [
+                python_executable(),
+                "-I",
+                "-S",
+                "-c",
+                _ZYGOTE_CODE,
+                *inside,
+                *(jail for _, jail in self.mounts),
+                self.spec_json,
+            ],  # fmt: skip
             jail_limits,
-            ro_files=dict(zip(sites, inside, strict=True)),
+            ro_files={**dict(zip(sites, inside, strict=True)), **dict(self.mounts)},
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -388,10 +426,11 @@ def _drain(stream: Any, tail: bytearray) -> None:
 
 
 def _parse_reply(line: bytes) -> Grade:
-    if line == b"timeout":
-        return Grade(0.0, False, TIMEOUT)
-    if line == b"error":
-        return Grade(0.0, False, SCORER_ERROR)
+    if line in _WORDS:
+        return Grade(0.0, False, _WORDS[line])
+    named = _ERROR_NAME.fullmatch(line)  # a user grader's exception: its class name only
+    if named:
+        return Grade(0.0, False, f"{SCORER_ERROR}: {named.group(1).decode()}")
     if line.startswith(b"ok ") and len(line) <= 40:
         try:
             score = float(line[3:].decode("ascii"))
@@ -419,11 +458,15 @@ def _grader(key: str, spec: Any, sandbox: str, limits: GradingLimits) -> _Zygote
         if z is None or z.limits != limits:
             if z is not None:
                 evicted.append(z)
-            spec_json = json.dumps(
-                {"family": spec.family, "size": spec.size, "seed": spec.seed,
-                 "config": json.loads(spec.config_json), "parallel": limits.parallel}
-            )  # fmt: skip
-            z = _POOL[pool_key] = _Zygote(spec_json, sandbox, limits)
+            if isinstance(spec, JailedCall):
+                body, mounts = spec.zygote_spec(), spec.mounts
+            else:
+                body = {"family": spec.family, "size": spec.size, "seed": spec.seed,
+                        "config": json.loads(spec.config_json)}  # fmt: skip
+                mounts = ()
+            spec_json = json.dumps({**body, "parallel": limits.parallel,
+                                    "user_paths": len(mounts)})  # fmt: skip
+            z = _POOL[pool_key] = _Zygote(spec_json, sandbox, limits, mounts)
         _POOL.move_to_end(pool_key)
         while len(_POOL) > max(1, limits.zygotes):
             evicted.append(_POOL.popitem(last=False)[1])

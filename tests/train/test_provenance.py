@@ -141,3 +141,71 @@ def test_calls_without_provenance_are_skips_with_the_reason():
     examples, skips = trajectory_examples(t, tokenizer=None, calls=frozenset())
     assert examples == [] and [s.source for s in skips] == ["q#0", "q#1"]
     assert all(isinstance(s, Skip) and s.reason.startswith("no answer provenance") for s in skips)
+
+
+# --- tool-calling loops: the turns that asked for the data ---------------------------------
+
+SQL = '{"query": "SELECT count(*) FROM orders"}'
+
+
+def asked(i: int, args: str = SQL) -> dict:
+    """The assistant turn of model call `i` as the harness appends it (`reply["message"]`)."""
+    return {"role": "assistant", "content": "", "tool_calls": [
+        {"id": f"call_{i}_0", "type": "function", "function": {"name": "sql", "arguments": args}}]}
+
+
+def result(i: int, text: str = "17") -> dict:
+    return {"role": "tool", "tool_call_id": f"call_{i}_0", "content": text}
+
+
+def tool_loop(answer: str, *turns: tuple[list[dict], str, bool]) -> Trajectory:
+    """Model calls given as (messages, text, made a tool call)."""
+    t = Trajectory("q", "h", answer=answer)
+    for i, (messages, text, calls) in enumerate(turns):
+        t.add_model_call(ModelCall(messages, text, "tool_calls" if calls else "stop",
+                                   tool_calls=[{"id": f"call_{i}_0", "name": "sql",
+                                                "arguments": SQL}] if calls else None))
+    return t
+
+
+USER = {"role": "user", "content": "How many orders?"}
+
+
+def test_the_tool_turn_a_proven_call_continues_is_proven():
+    t = tool_loop("17", ([USER], "", True), ([USER, asked(0), result(0)], "Answer: 17", False))
+    assert answer_provenance(t).calls == {0, 1}
+
+
+def test_a_chain_of_tool_turns_is_followed_back_whole():
+    t = tool_loop("17", ([USER], "", True), ([USER, asked(0), result(0, "no such table")], "", True),
+                  ([USER, asked(0), result(0), asked(1), result(1)], "It is 17.", False))
+    assert answer_provenance(t).calls == {0, 1, 2}
+
+
+def test_a_replayed_turn_with_other_arguments_proves_nothing():
+    """The harness rewrote what the model asked for: that is not the model's turn."""
+    forged = asked(0, '{"query": "SELECT 17"}')
+    t = tool_loop("17", ([USER], "", True), ([USER, forged, result(0)], "Answer: 17", False))
+    assert answer_provenance(t).calls == {1}
+
+
+def test_a_tool_turn_whose_result_was_never_shown_proves_nothing():
+    t = tool_loop("17", ([USER], "", True), ([USER, asked(0)], "Answer: 17", False))
+    assert answer_provenance(t).calls == {1}
+
+
+def test_a_tool_turn_outside_the_proven_conversation_proves_nothing():
+    t = tool_loop("17", ([USER], "", True), ([USER], "Answer: 17", False))
+    assert answer_provenance(t).calls == {1}
+
+
+def test_a_tool_turn_when_no_call_carries_the_answer_proves_nothing():
+    t = tool_loop("17", ([USER], "", True), ([USER, asked(0), result(0)], "I do not know.", False))
+    assert answer_provenance(t).calls == frozenset()
+
+
+def test_malformed_replayed_messages_are_ignored():
+    junk = [USER, {"role": "assistant", "tool_calls": [["call_0_0"], {"id": ["x"]}, 3]},
+            {"role": "assistant", "tool_calls": "call_0_0"}, "not a message", result(0)]
+    t = tool_loop("17", ([USER], "", True), (junk, "Answer: 17", False))  # type: ignore[list-item]
+    assert answer_provenance(t).calls == {1}

@@ -1,11 +1,12 @@
-"""`whale tasks`: the task ids the commands accept (the registry's list)."""
+"""`whale tasks`: the task ids the commands accept (the registry's list): the id pattern, where
+it comes from (built-in, registered in Python, or the entry point's distribution) and one line."""
 
 from __future__ import annotations
 
 import typer
 
 from whale.cli.common import app
-from whale.tasks import task_ids
+from whale.tasks import task_entries
 
 
 @app.command("tasks")
@@ -19,5 +20,5 @@ def tasks_cmd(
         for f in fams():
             print(f"rg:{f}")
         return
-    for pattern, line in task_ids():
-        print(f"{pattern:24s} {line}")
+    for e in task_entries():
+        print(f"{e.pattern:24s} {e.source:20s} {e.description}")

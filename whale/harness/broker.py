@@ -3,10 +3,10 @@
 `run_harness(host, ...)` serves one run for the Runtime that asks (whale.harness.runtime; the
 broker sees it only as a `RunHost`: its settings, its cancel switch, a fresh worker). Every
 `env.llm` / `env.tools.*` call arrives over a pipe; the broker checks the budget, makes the
-call (model backend, nested python sandbox, retriever), appends the event to the trajectory
-and replies. A run ends with one of the statuses of `trajectory.STATUSES` (and, where its
-error names a boundary, a `trajectory.Failure`); a bad harness is data, never an exception
-out of `run_harness`.
+call (model backend, nested python sandbox, retriever, the user's tools through
+whale.harness.tools.gate), appends the event to the trajectory and replies. A run ends with
+one of the statuses of `trajectory.STATUSES` (and, where its error names a boundary, a
+`trajectory.Failure`); a bad harness is data, never an exception out of `run_harness`.
 
 Before a worker starts, the source is checked against the `run` contract (contract.py; a
 fault is status `error`, failure LOAD, "load: ..."). The parent never blocks on the harness:
@@ -23,17 +23,12 @@ backend call: an error reply, and a `refused` event on the trajectory.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import marshal
 import os
-import py_compile
 import selectors
-import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 import whale.harness.worker as wire
@@ -46,9 +41,13 @@ from whale.harness.calls import (
     check_llm_args,
     check_prompt_size,
     done_outcome,
+    llm_result,
+    record_params,
+    record_tools,
+    reply_calls,
 )
 from whale.harness.contract import run_contract_fault
-from whale.harness.sandbox import Jailed, Sandbox, python_executable
+from whale.harness.sandbox import Jailed, Sandbox
 from whale.harness.streams import (
     BadRequest,
     MalformedMessage,
@@ -60,36 +59,16 @@ from whale.harness.streams import (
     plain,
     write_frame,
 )
+from whale.harness.tools.gate import ToolBackend, ToolGate
 from whale.harness.trajectory import Failure, ModelCall, Status, ToolCall, Trajectory
+from whale.harness.workers import Worker
 from whale.models.base import ChatModel, ModelError, ModelTimeout, Sampling
 
-WORKER_SOURCE = str(Path(wire.__file__).resolve())
-WORKER_INSIDE = "/whale/worker.pyc"
 # The longest error text a reply carries: an error may quote what the harness sent.
 ERROR_CHARS = 1000
 # Out-of-range requests recorded per run: they cost no budget, so a harness may repeat one
 # until its deadline; past this many the trajectory keeps only their count.
 MAX_REJECTED_EVENTS = 32
-
-
-@functools.cache
-def worker_file() -> str:
-    """worker.py compiled once per version (the jail has no writable __pycache__, and
-    compiling it on every start cost time in each run: docs/measurements.md)."""
-    data = Path(WORKER_SOURCE).read_bytes()
-    digest = hashlib.sha256(data).hexdigest()[:16]
-    # In the user's cache, not a shared /tmp where another user could plant a file.
-    root = Path(os.environ.get("WHALE_CACHE") or Path.home() / ".cache" / "whale") / "worker"
-    root.mkdir(parents=True, exist_ok=True)
-    # "-j": compiled with its path inside the jail (tracebacks shown to proposers name
-    # /whale/worker.py, not where whale is installed on the host)
-    path = root / f"worker-{sys.version_info[0]}{sys.version_info[1]}-{digest}-j.pyc"
-    if not path.exists():
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        py_compile.compile(WORKER_SOURCE, cfile=str(tmp), dfile="/whale/worker.py", doraise=True)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    return str(path)
 
 
 class Retriever(Protocol):
@@ -98,51 +77,6 @@ class Retriever(Protocol):
 
 def harness_hash(source: str) -> str:
     return hashlib.sha256(source.encode()).hexdigest()[:16]
-
-
-@dataclass
-class Worker:
-    """A started jailed worker that has not run anything yet, and its two pipe ends."""
-
-    jailed: Jailed
-    rx: int
-    tx: int
-
-    def alive(self) -> bool:
-        return self.jailed.proc.poll() is None
-
-    def discard(self) -> None:
-        self.jailed.kill()
-        for fd in (self.rx, self.tx):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        for stream in (self.jailed.proc.stdout, self.jailed.proc.stderr):
-            if stream is not None and not stream.closed:
-                stream.close()
-
-
-def spawn_worker(sandbox: Sandbox, limits: Limits) -> Worker:
-    rx_parent, tx_child = os.pipe()  # child -> parent
-    rx_child, tx_parent = os.pipe()  # parent -> child
-    # The parent never blocks on a harness that stops reading: see streams.write_frame.
-    os.set_blocking(tx_parent, False)
-    try:
-        jailed = sandbox.spawn(
-            [python_executable(), "-I", "-S", WORKER_INSIDE, str(rx_child), str(tx_child)],
-            limits,
-            pass_fds=(rx_child, tx_child),
-            ro_files={worker_file(): WORKER_INSIDE},
-        )
-    except BaseException:
-        for fd in (rx_parent, tx_parent):
-            os.close(fd)
-        raise
-    finally:
-        os.close(rx_child)
-        os.close(tx_child)
-    return Worker(jailed, rx_parent, tx_parent)
 
 
 class _Stop(Exception):
@@ -181,6 +115,10 @@ class RunHost(Protocol):
 
     def run_python(self, code: str, timeout: float | None) -> dict[str, Any]: ...
 
+    def tool_backend(self) -> ToolBackend | None:
+        """What serves the user's tools (None: the run has none); see whale.harness.tools."""
+        ...
+
     def _take_worker(self) -> Worker:
         """A started worker that has run nothing yet (the run discards it when it ends)."""
         ...
@@ -208,6 +146,7 @@ class _Run:
         self.rejected = 0  # out-of-range requests (calls.Rejected) so far
         self.deadline = 0.0
         self.wake = rt.wake_fd()
+        self.gate = ToolGate(None, self.traj)  # the user's tools, once the run starts
 
     # -- budget view -------------------------------------------------------------------------
     def left(self) -> dict[str, Any]:
@@ -221,6 +160,7 @@ class _Run:
             else b.max_total_tokens - self.used["tokens"],
             "seconds": round(max(0.0, self.deadline - time.monotonic()), 3),
             "max_tokens_per_call": b.max_tokens_per_call,
+            **self.gate.left(),
         }
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -236,9 +176,15 @@ class _Run:
             fault = run_contract_fault(self.source)
             if fault is not None:
                 raise _Stop("error", f"load: harness {fault}", Failure.LOAD)
+            self.gate = ToolGate(self.rt.tool_backend(), self.traj)  # may start the tools process
             w = self.rt._take_worker()
             tools = ["python"] + (["retrieve"] if self.retriever is not None else [])
-            init = {"source": self.source, "question": self.question, "tools": tools}
+            init = {
+                "source": self.source,
+                "question": self.question,
+                "tools": tools + self.gate.names(),
+                "tool_params": self.gate.params(),
+            }
             self._send(w.tx, {**init, "budget": self.left()})
             end = self._serve(w.jailed, w.rx, w.tx)
         except _Stop as stop:
@@ -351,6 +297,7 @@ class _Run:
             "llm": self._llm,
             "python": self._python,
             "retrieve": self._retrieve,
+            "tool": self._tool,
         }
         if op not in handlers or not isinstance(args, dict):
             # Quote only the start of what the harness sent: the reply must stay small.
@@ -401,7 +348,7 @@ class _Run:
         if self.rt.model is None:
             raise BadCall("no model backend is configured for this run")
         # Before the budget: a prompt that cannot fit is never sent, so it costs no call.
-        check_prompt_size(messages, self.rt.prompt_char_limit())
+        check_prompt_size(messages, self.rt.prompt_char_limit(), sampling.tools)
         if b.max_total_tokens is not None:
             tokens_left = b.max_total_tokens - self.used["tokens"]
             if tokens_left <= 0:
@@ -422,6 +369,7 @@ class _Run:
             self._record_failed_call(messages, sampling, t, e)
             raise BadCall(f"model error: {e}") from None
         self.used["tokens"] += int(c.usage.get("completion_tokens", 0))
+        calls = reply_calls(c, self.used["model_calls"] - 1)
         self.traj.add_model_call(
             ModelCall(
                 messages=messages,
@@ -431,11 +379,14 @@ class _Run:
                 latency_s=time.monotonic() - t,
                 token_ids=c.token_ids,
                 prompt_token_ids=c.prompt_token_ids,
-                params=sampling.key(),
+                params=record_params(sampling),
                 cached=c.cached,
+                tools=record_tools(sampling),
+                tool_calls=calls or None,
+                raw_text=c.raw_text,
             )
         )
-        return {"text": c.text, "finish_reason": c.finish_reason}
+        return llm_result(c, calls)
 
     def _record_failed_call(
         self, messages: list[dict[str, Any]], sampling: Sampling, t: float, e: Exception
@@ -446,8 +397,9 @@ class _Run:
                 text="",
                 finish_reason="error",
                 latency_s=time.monotonic() - t,
-                params=sampling.key(),
+                params=record_params(sampling),
                 error=f"{type(e).__name__}: {e}",
+                tools=record_tools(sampling),
             )
         )
 
@@ -468,6 +420,13 @@ class _Run:
         self.traj.add_tool_call(
             ToolCall("python", {"code": code, "timeout": timeout}, result, time.monotonic() - t)
         )
+        return result
+
+    def _tool(self, args: dict[str, Any]) -> Any:
+        """A user or MCP tool (whale.harness.tools.gate: checks, budget, record)."""
+        result = self.gate.call(args, self._remaining_s)
+        if self.rt.cancelled:
+            raise _Stop("killed", "cancelled")
         return result
 
     def _retrieve(self, args: dict[str, Any]) -> list[dict[str, Any]]:

@@ -1,12 +1,15 @@
-"""The requests a harness may make, checked before the broker acts on them (broker.py)."""
+"""The requests a harness may make, checked before the broker acts on them (broker.py), and
+what an `llm` request returns (text, finish reason, tool calls)."""
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any, NamedTuple
 
 from whale.harness.budget import Budget
 from whale.harness.trajectory import Failure, Status
-from whale.models.base import MAX_TEMPERATURE, Sampling
+from whale.models.base import MAX_TEMPERATURE, TOOL_CHOICES, Completion, Sampling
 
 
 class Refused(Exception):
@@ -25,10 +28,30 @@ class Rejected(BadCall):
 
 # What `env.llm` sends (worker.py); any other key is refused rather than ignored, so that a
 # harness writing its own requests learns that e.g. top_p is not its to set.
-LLM_ARGS = ("messages", "max_tokens", "temperature", "stop")
+LLM_ARGS = ("messages", "max_tokens", "temperature", "stop", "tools", "tool_choice")
 # OpenAI's bound on stop sequences; each is matched against the reply at every token.
 MAX_STOPS = 4
 STOP_CHARS = 256
+# Function tools a call may offer (`tools=`, OpenAI's schema) and the JSON text they may take:
+# the schemas are rendered into the prompt at every call.
+MAX_TOOLS = 64
+TOOLS_CHARS = 65_536
+# Tool calls one assistant message of the history may carry.
+MAX_MESSAGE_CALLS = 32
+# OpenAI's rule for a function's name; ids of tool calls are at most as long.
+NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+ID_CHARS = 64
+# The largest repetition bound a tool's parameter schema may hold (maxLength, maxItems, ...,
+# and {n,m} in a `pattern`). llama.cpp's server compiles the schemas of the tools offered
+# into a grammar at every call, and a bound of n there becomes about n grammar rules: a
+# harness asking for maxLength 10**9 would have the server (shared by every run) build a
+# billion rules.
+SCHEMA_BOUND = 1000
+_BOUND_KEYS = frozenset({"minLength", "maxLength", "minItems", "maxItems", "minProperties",
+                         "maxProperties", "minContains", "maxContains"})  # fmt: skip
+_PATTERN_BOUND = re.compile(r"\{\s*(\d+)\s*(?:,\s*(\d*)\s*)?\}")
+# Nesting of the parsed arguments handed to a harness: deeper arguments stay text.
+ARG_DEPTH = 32
 
 
 def check_llm_args(
@@ -40,14 +63,14 @@ def check_llm_args(
     if unknown:
         shown = ", ".join(repr(k[:40]) for k in unknown[:4])
         raise Rejected(f"llm(): unknown argument {shown} (it takes {', '.join(LLM_ARGS)})")
-    messages = args.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise BadCall("llm(messages): messages must be a non-empty list of {role, content}")
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict) or not isinstance(m.get("content"), str):
-            raise BadCall(f"llm(messages): message {i} must be a dict with a string 'content'")
-        if m.get("role") not in ("system", "user", "assistant", "tool"):
-            raise BadCall(f"llm(messages): message {i} has role {m.get('role')!r}")
+    clean = check_messages(args.get("messages"))
+    tools = check_tools(args.get("tools"))
+    tool_choice = args.get("tool_choice")
+    if tool_choice is not None and tool_choice not in TOOL_CHOICES:
+        raise BadCall(f"llm(tool_choice={_show(tool_choice)}): must be one of "
+                      f"{', '.join(map(repr, TOOL_CHOICES))}")  # fmt: skip
+    if tool_choice is not None and tools is None:
+        raise BadCall("llm(tool_choice=): needs tools=")
     cap = b.max_tokens_per_call
     max_tokens = args.get("max_tokens")
     if max_tokens is not None and (
@@ -79,23 +102,230 @@ def check_llm_args(
             temperature=default_temperature if temperature is None else float(temperature),
             stop=tuple(stop),
             seed=seed,
+            tools=tools,
+            tool_choice=tool_choice,
         )
     except ValueError as e:  # the runtime's own defaults out of range (a config)
         raise Rejected(f"llm(): {e}") from None
-    clean = [{"role": m["role"], "content": m["content"]} for m in messages]
     return clean, sampling
 
 
-def check_prompt_size(messages: list[dict[str, Any]], limit: int | None) -> None:
-    """Rejected where the messages cannot fit the model's context: their text, whitespace
-    included, is over `limit` characters, the model's upper bound (models.base.
+def check_messages(messages: Any) -> list[dict[str, Any]]:
+    """The messages of an `llm` request as they are sent and recorded, or BadCall / Rejected.
+
+    Each keeps its role and content (a string; an assistant message that carries tool calls
+    may have None, sent as ""), an assistant message its `tool_calls` (each `{id, type:
+    "function", function: {name, arguments}}`, arguments as JSON text: a harness may also give
+    whale's flat form `{id, name, arguments}`, as `Reply.tool_calls` has it, and arguments as
+    an object), a tool message its `tool_call_id`, which must name a call of an earlier
+    assistant message. A tool message may leave the id out (tool output fed back without a
+    call, as harnesses did before tool calling; backends that need one get one, see
+    whale.models.embedded.server_messages). Other keys are dropped."""
+    if not isinstance(messages, list) or not messages:
+        raise BadCall("llm(messages): messages must be a non-empty list of {role, content}")
+    clean: list[dict[str, Any]] = []
+    ids: set[str] = set()
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise BadCall(f"llm(messages): message {i} must be a dict with a string 'content'")
+        role, content, calls = m.get("role"), m.get("content"), m.get("tool_calls")
+        if role not in ("system", "user", "assistant", "tool"):
+            raise BadCall(f"llm(messages): message {i} has role {_show(role)}")
+        if calls is not None and role != "assistant":
+            raise BadCall(f"llm(messages): message {i} has tool_calls; only an assistant "
+                          "message may")  # fmt: skip
+        if m.get("tool_call_id") is not None and role != "tool":
+            raise BadCall(f"llm(messages): message {i} has a tool_call_id; only a tool "
+                          "message may")  # fmt: skip
+        if calls and content is None:
+            content = ""
+        if not isinstance(content, str):
+            raise BadCall(f"llm(messages): message {i} must be a dict with a string 'content'")
+        out: dict[str, Any] = {"role": role, "content": content}
+        if calls:
+            out["tool_calls"] = _check_calls(i, calls, ids)
+        elif calls is not None and calls != []:
+            raise BadCall(f"llm(messages): message {i}: tool_calls must be a list")
+        ref = m.get("tool_call_id")
+        if role == "tool" and ref is not None:
+            if not isinstance(ref, str) or ref not in ids:
+                raise BadCall(f"llm(messages): message {i}: tool_call_id {_show(ref)} names no "
+                              "tool call of an earlier assistant message")  # fmt: skip
+            out["tool_call_id"] = ref
+        clean.append(out)
+    return clean
+
+
+def _check_calls(i: int, calls: Any, ids: set[str]) -> list[dict[str, Any]]:
+    """The tool calls of assistant message `i` in OpenAI's form; their ids join `ids`."""
+    where = f"llm(messages): message {i}: tool_calls"
+    if not isinstance(calls, list):
+        raise BadCall(f"{where} must be a list")
+    if len(calls) > MAX_MESSAGE_CALLS:
+        raise Rejected(f"{where}: {len(calls)} calls, at most {MAX_MESSAGE_CALLS}")
+    out = []
+    for j, c in enumerate(calls):
+        if not isinstance(c, dict):
+            raise BadCall(f"{where}[{j}] must be a dict {{id, function: {{name, arguments}}}}")
+        fn = c.get("function", c)  # OpenAI's nested form, or whale's flat {id, name, arguments}
+        if c.get("type", "function") != "function" or not isinstance(fn, dict):
+            raise BadCall(f"{where}[{j}] must be a function call {{id, type: 'function', "
+                          "function: {name, arguments}}")  # fmt: skip
+        cid, name, arguments = c.get("id"), fn.get("name"), fn.get("arguments")
+        if not isinstance(cid, str) or not 1 <= len(cid) <= ID_CHARS or cid in ids:
+            raise BadCall(f"{where}[{j}]: id {_show(cid)} must be a string of 1 to {ID_CHARS} "
+                          "characters, unique in the conversation")  # fmt: skip
+        if not isinstance(name, str) or not NAME.fullmatch(name):
+            raise BadCall(f"{where}[{j}]: name {_show(name)} must be 1 to 64 letters, digits, "
+                          "'_' or '-'")  # fmt: skip
+        if isinstance(arguments, dict):
+            arguments = json.dumps(arguments, ensure_ascii=False)
+        if not isinstance(arguments, str):
+            raise BadCall(f"{where}[{j}]: arguments must be JSON text or an object")
+        ids.add(cid)
+        out.append({"id": cid, "type": "function",
+                    "function": {"name": name, "arguments": arguments}})  # fmt: skip
+    return out
+
+
+def check_tools(tools: Any) -> str | None:
+    """The JSON text of the tools an `llm` request offers (each `{type: "function", function:
+    {name, description?, parameters?, strict?}}`, other keys dropped), None for no tools; or
+    BadCall (malformed) / Rejected (over MAX_TOOLS, TOOLS_CHARS or SCHEMA_BOUND)."""
+    if tools is None:
+        return None
+    shape = "a list of {type: 'function', function: {name, description, parameters}}"
+    if not isinstance(tools, list) or not tools:
+        raise BadCall(f"llm(tools=): must be {shape}")
+    if len(tools) > MAX_TOOLS:
+        raise Rejected(f"llm(tools=): {len(tools)} tools, at most {MAX_TOOLS}")
+    clean, names = [], set()
+    for j, t in enumerate(tools):
+        fn = t.get("function") if isinstance(t, dict) else None
+        if not isinstance(fn, dict) or t.get("type", "function") != "function":
+            raise BadCall(f"llm(tools=): tool {j} must be {{type: 'function', function: "
+                          "{name, description, parameters}}")  # fmt: skip
+        name = fn.get("name")
+        if not isinstance(name, str) or not NAME.fullmatch(name) or name in names:
+            raise BadCall(f"llm(tools=): tool {j}'s name {_show(name)} must be 1 to 64 "
+                          "letters, digits, '_' or '-', and unique")  # fmt: skip
+        names.add(name)
+        out: dict[str, Any] = {"name": name}
+        for key, kind in (("description", str), ("parameters", dict), ("strict", bool)):
+            value = fn.get(key)
+            if value is not None and not isinstance(value, kind):
+                raise BadCall(f"llm(tools=): tool {name}'s {key} must be a {kind.__name__}")
+            if value is not None:
+                out[key] = value
+        fault = _schema_fault(out.get("parameters"))
+        if fault is not None:
+            raise Rejected(f"llm(tools=): tool {name}'s parameters: {fault}")
+        clean.append({"type": "function", "function": out})
+    text = json.dumps(clean, ensure_ascii=False)
+    if len(text) > TOOLS_CHARS:
+        raise Rejected(f"llm(tools=): the tools take {len(text):,} characters of JSON, at "
+                       f"most {TOOLS_CHARS:,}")  # fmt: skip
+    return text
+
+
+def _schema_fault(x: Any) -> str | None:
+    """A repetition bound over SCHEMA_BOUND anywhere in a parameter schema, or None."""
+    if isinstance(x, dict):
+        for k, v in x.items():
+            if k in _BOUND_KEYS and isinstance(v, int | float) and v > SCHEMA_BOUND:
+                return f"{k} = {_show(v)} is over {SCHEMA_BOUND}"
+            if k == "pattern" and isinstance(v, str):
+                for m in _PATTERN_BOUND.finditer(v):
+                    if any(n and int(n) > SCHEMA_BOUND for n in m.groups()):
+                        return f"pattern repeats {m.group(0)[:40]}, over {SCHEMA_BOUND}"
+            fault = _schema_fault(v)
+            if fault is not None:
+                return fault
+    if isinstance(x, list):
+        for v in x:
+            fault = _schema_fault(v)
+            if fault is not None:
+                return fault
+    return None
+
+
+def reply_calls(c: Completion, index: int) -> list[dict[str, str]]:
+    """The tool calls of a completion as the trajectory records them and the harness gets them:
+    `{id, name, arguments}` with arguments the JSON text the model wrote. Ids are whale's,
+    `call_{index}_{j}` (the run's `index`th model call), not the backend's: the same run then
+    sends the same follow-up messages, which the response cache and the SFT data rely on."""
+    return [{"id": f"call_{index}_{j}", "name": str(t.get("name") or ""),
+             "arguments": str(t.get("arguments") or "")}
+            for j, t in enumerate(c.tool_calls or [])]  # fmt: skip
+
+
+def llm_result(c: Completion, calls: list[dict[str, str]]) -> dict[str, Any]:
+    """What `env.llm` returns to the worker: text, finish reason, the tool calls with their
+    arguments parsed (a dict where the text is a JSON object of at most ARG_DEPTH levels, else
+    the text as it is), and the assistant message to append to the conversation (OpenAI's
+    form, arguments as text)."""
+    message: dict[str, Any] = {"role": "assistant", "content": c.text}
+    if calls:
+        message["tool_calls"] = [{"id": t["id"], "type": "function",
+                                  "function": {"name": t["name"], "arguments": t["arguments"]}}
+                                 for t in calls]  # fmt: skip
+    parsed = [{**t, "arguments": _json_object(t["arguments"])} for t in calls]
+    return {"text": c.text, "finish_reason": c.finish_reason, "tool_calls": parsed,
+            "message": message}  # fmt: skip
+
+
+def record_params(sampling: Sampling) -> dict[str, Any]:
+    """The sampling a model event records: its key, less the tools (recorded as `tools`)."""
+    return {k: v for k, v in sampling.key().items() if k != "tools"}
+
+
+def record_tools(sampling: Sampling) -> list[dict[str, Any]] | None:
+    """The tools a model event records (ModelCall.tools): the schemas sent, or None."""
+    return None if sampling.tools is None else list(json.loads(sampling.tools))
+
+
+def _json_object(text: str) -> dict[str, Any] | str:
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return text
+    if not isinstance(value, dict) or _depth(value) > ARG_DEPTH:
+        return text
+    return value
+
+
+def _depth(x: Any) -> int:
+    if isinstance(x, dict):
+        return 1 + max((_depth(v) for v in x.values()), default=0)
+    if isinstance(x, list):
+        return 1 + max((_depth(v) for v in x), default=0)
+    return 0
+
+
+def prompt_chars(messages: list[dict[str, Any]], tools: str | None = None) -> int:
+    """The characters of text a request puts in the prompt: message contents, the name and
+    arguments of each tool call, and the tools' JSON."""
+    size = len(tools or "")
+    for m in messages:
+        size += len(m["content"])
+        for t in m.get("tool_calls") or ():
+            size += len(t["function"]["name"]) + len(t["function"]["arguments"])
+    return size
+
+
+def check_prompt_size(
+    messages: list[dict[str, Any]], limit: int | None, tools: str | None = None
+) -> None:
+    """Rejected where the messages cannot fit the model's context: their text (with the
+    tools offered and the tool calls of the history, `prompt_chars`), whitespace included, is
+    over `limit` characters, the model's upper bound (models.base.
     prompt_char_limit; None: unknown, not checked). Whitespace counts: templates such as
     Qwen2.5's send it as it is, and megabytes of spaces inflate the server like any text (the
     hostile review's three 7.5 MB messages of spaces). A template that trims it could in
     principle have taken such a prompt; the bound's margin (the longest token) dwarfs that."""
     if limit is None:
         return
-    size = sum(len(m["content"]) for m in messages)
+    size = prompt_chars(messages, tools)
     if size > limit:
         raise Rejected(f"ContextOverflow: the messages hold {size:,} characters, more than "
                        f"the model's context can take (at most {limit:,}); not sent")  # fmt: skip

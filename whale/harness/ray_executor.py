@@ -187,6 +187,11 @@ class RuntimeSpec:
 
     @classmethod
     def of(cls, rt: Runtime, per_actor: int) -> RuntimeSpec:
+        if rt.tools:  # the tools process serves this machine's runs only (settings.RAY_REFUSAL)
+            raise ExecutorUnavailable(
+                "ray: user tools run in a tools process on the driver, which actors cannot "
+                "reach; use the local executor"
+            )
         return cls(describe_model(rt.model), rt.budget, rt.limits, rt.python_limits,
                    rt.sandbox, rt.temperature, rt.seed,
                    2 * per_actor if rt.warm > 0 else 0, rt.prompt_char_limit())  # fmt: skip

@@ -12,18 +12,24 @@ from __future__ import annotations
 
 import atexit
 import os
+import threading
 import weakref
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
 from whale.errors import WhaleError
-from whale.harness.broker import Retriever, Worker, run_harness, spawn_worker
+from whale.harness.broker import Retriever, run_harness
 from whale.harness.budget import Budget, Limits, PythonToolLimits
 from whale.harness.pool import WorkerPool
 from whale.harness.sandbox import Sandbox
 from whale.harness.streams import python_tool
+from whale.harness.tools.config import ToolsConfig
+from whale.harness.tools.gate import ToolBackend
+from whale.harness.tools.host import ToolHost
+from whale.harness.tools.spec import ToolSpec
 from whale.harness.trajectory import Trajectory
+from whale.harness.workers import Worker, spawn_worker
 from whale.models.base import ChatModel, prompt_char_limit
 
 
@@ -86,6 +92,9 @@ class Runtime:
     # whale.harness.ray_executor); None: a local thread pool of the command's workers.
     # Closed by close().
     executor: Executor | None = field(default=None, repr=False, compare=False)
+    # The user's tools (whale.harness.tools): served by one tools process outside the jail,
+    # started on first need, ended by close().
+    tools: ToolsConfig = field(default_factory=ToolsConfig)
     _on_cancel: list[Callable[[], None]] = field(
         default_factory=list, init=False, repr=False, compare=False
     )
@@ -93,6 +102,9 @@ class Runtime:
     _cancelled: bool = field(default=False, init=False, repr=False, compare=False)
     # A pipe that becomes readable, for good, on cancel(): every wait of every run watches it.
     _wake: tuple[int, int] = field(default=(-1, -1), init=False, repr=False, compare=False)
+    _tool_host: ToolHost | None = field(default=None, init=False, repr=False, compare=False)
+    _tool_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False,
+                                       compare=False)  # fmt: skip
 
     def __post_init__(self) -> None:
         r, w = os.pipe()
@@ -113,10 +125,34 @@ class Runtime:
             pool.close()
         return w
 
+    def tool_backend(self) -> ToolBackend | None:
+        """The host of the user's tools (None: this Runtime has none); its process starts on
+        the first call or listing."""
+        if not self.tools:
+            return None
+        with self._tool_lock:
+            if self._tool_host is None:
+                self._tool_host = ToolHost(self.tools)
+                atexit.register(self._tool_host.close)
+                if self._cancelled:
+                    self._tool_host.cancel()
+            return self._tool_host
+
+    def tool_specs(self) -> tuple[ToolSpec, ...]:
+        """Every user and MCP tool a harness may call (starts the tools process if needed;
+        ToolsUnavailable when it cannot start); () without tools."""
+        backend = self.tool_backend()
+        return () if backend is None else backend.specs()
+
     def close(self) -> None:
-        """Stop the warm workers (they also exit by themselves when this process ends) and
-        close the executor (a Ray cluster whale started is shut down)."""
+        """Stop the warm workers (they also exit by themselves when this process ends), the
+        tools process, and close the executor (a Ray cluster whale started is shut down)."""
         self._close_pool()
+        with self._tool_lock:
+            host, self._tool_host = self._tool_host, None
+        if host is not None:
+            host.close()
+            atexit.unregister(host.close)
         close = getattr(self.executor, "close", None)
         if close is not None:
             close()
@@ -168,6 +204,9 @@ class Runtime:
         except BlockingIOError:  # already full of earlier cancels
             pass
         self._close_pool()
+        host = self._tool_host
+        if host is not None:
+            host.cancel()  # sets a flag: no lock
         for hook in list(self._on_cancel):
             try:
                 hook()

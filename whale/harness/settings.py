@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Any
 
-from whale.config import above, at_least, part
+from whale.config import ConfigError, FieldError, above, at_least, part
 from whale.harness.budget import Budget, Limits, PythonToolLimits
 from whale.harness.executor import ExecutorConfig, make_executor
 from whale.harness.runtime import Runtime
 from whale.harness.sandbox import Sandbox, SandboxKind
+from whale.harness.tools.config import parse_tools
+from whale.harness.tools.host import ToolsUnavailable
 from whale.models.base import MAX_TEMPERATURE, ChatModel
 
 # Budget fields that may be 0 (a run that may not call the model at all is a real setting);
 # every other number of the budget and the limits must be positive.
 _MAY_BE_ZERO = {"model_calls", "retrievals", "tool_calls"}
+# Ray actors rebuild the Runtime elsewhere (ray_executor.RuntimeSpec), without a tools process.
+RAY_REFUSAL = ("user tools run in a tools process on this machine, which Ray actors cannot "
+               'reach: use runtime.executor.kind = "local"')  # fmt: skip
 
 
 @dataclass
@@ -31,6 +37,10 @@ class RuntimeConfig:
     warm: int = -1
     # Where rollouts run: local threads (the default) or Ray actors (`executor.kind = "ray"`).
     executor: ExecutorConfig = field(default_factory=ExecutorConfig)
+    # The user's tools: NAME = "module:function" (or a table with `calls`, `timeout_s`), and
+    # `mcp.SERVER = { command = [...] }` (whale.harness.tools.config). Part of the outcome
+    # fingerprint and fixed on resume: tools change what runs produce.
+    tools: dict[str, Any] = field(default_factory=dict)
 
     def validate(self) -> None:
         """Ranges, checked by `whale.config.build` (which has checked the types)."""
@@ -54,6 +64,9 @@ class RuntimeConfig:
                         above(obj, 0, f.name)
         with part("executor"):
             self.executor.validate()
+        parse_tools(self.tools, callables=False)
+        if self.tools and self.executor.kind == "ray":
+            raise FieldError("tools", RAY_REFUSAL)
 
 
 def make_runtime(cfg: RuntimeConfig, model: ChatModel | None, workers: int = 1) -> Runtime:
@@ -62,7 +75,13 @@ def make_runtime(cfg: RuntimeConfig, model: ChatModel | None, workers: int = 1) 
     run starts."""
     if cfg.sandbox not in ("auto", "nsjail", "bwrap", "unsafe"):
         raise ValueError(f"unknown sandbox {cfg.sandbox!r} (auto, nsjail, bwrap, unsafe)")
-    return Runtime(
+    try:
+        tools = parse_tools(cfg.tools, callables=False)
+    except FieldError as e:
+        raise ConfigError(f"runtime.{e}", f"runtime.{e.field}") from None
+    if tools and cfg.executor.kind == "ray":
+        raise ConfigError(f"runtime.tools: {RAY_REFUSAL}", "runtime.tools")
+    rt = Runtime(
         model=model,
         budget=cfg.budget,
         limits=cfg.limits,
@@ -72,4 +91,12 @@ def make_runtime(cfg: RuntimeConfig, model: ChatModel | None, workers: int = 1) 
         seed=cfg.seed,
         warm=2 * workers if cfg.warm < 0 else cfg.warm,
         executor=make_executor(cfg.executor),
+        tools=tools,
     )
+    if tools:  # start the tools process now: a tool that does not import fails before any run
+        try:
+            rt.tool_specs()
+        except ToolsUnavailable as e:
+            rt.close()
+            raise ConfigError(f"runtime.{e}", f"runtime.{e.field or 'tools'}") from None
+    return rt

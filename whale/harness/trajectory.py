@@ -14,8 +14,13 @@ from typing import Any, Literal
 
 # 2: `failure` (the kind of a failed run, `Failure`). A version-1 record reads as version 2,
 # its failure kind derived from its error text (`read_failure`).
-TRAJECTORY_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+# 3: tool calling through `env.llm`: a model event's `tools` (the schemas offered),
+# `tool_calls` (the calls the model made) and `raw_text`; its messages may carry
+# `tool_calls` (assistant) and `tool_call_id` (tool). Bumped so that a reader of version 2
+# refuses these records rather than reading a tool-call completion as its (empty) text.
+# Version 1 and 2 records read as version 3 with no tools.
+TRAJECTORY_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 # Text one trajectory records across its events. Past it, each string of a new event is kept
 # as its head and tail (`clipped_chars` counts what was left out): a harness within its
 # message and output limits could otherwise write hundreds of MB per candidate into the
@@ -72,6 +77,14 @@ class ModelCall:
     params: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
     cached: bool = False
+    # The function tools the call offered (OpenAI's schemas, as sent), None for none.
+    tools: list[dict[str, Any]] | None = None
+    # The calls the model made, each {id, name, arguments (the JSON text it wrote)}: the ids
+    # are the ones the harness got (whale's), which its `tool` messages then name.
+    tool_calls: list[dict[str, str]] | None = None
+    # The reply as the model wrote it where whale read its call out of the text (`text` is
+    # then ""; models.base.text_call), else None.
+    raw_text: str | None = None
 
 
 @dataclass

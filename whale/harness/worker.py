@@ -85,15 +85,32 @@ class ToolError(Exception):
 
 
 class Reply(str):
-    """A model reply: usable as the text itself, with `.text` and `.finish_reason`."""
+    """A model reply: usable as the text itself, with `.text` and `.finish_reason`.
+
+    `.tool_calls`: the functions the model called (when `env.llm` offered `tools=`), each a
+    dict {"id", "name", "arguments"}, arguments a dict when the model wrote a JSON object,
+    else the text it wrote (check with isinstance); [] when it called none (finish_reason is
+    then usually not "tool_calls"). `.message`: this reply as the assistant message to append
+    to the conversation before the `{"role": "tool", "tool_call_id": id, "content": result}`
+    messages that answer its calls."""
 
     text: str
     finish_reason: str
+    tool_calls: list[dict[str, Any]]
+    message: dict[str, Any]
 
-    def __new__(cls, text: str, finish_reason: str) -> Reply:
+    def __new__(
+        cls,
+        text: str,
+        finish_reason: str,
+        tool_calls: list[dict[str, Any]] | None = None,
+        message: dict[str, Any] | None = None,
+    ) -> Reply:
         obj = super().__new__(cls, text)
         obj.text = text
         obj.finish_reason = finish_reason
+        obj.tool_calls = list(tool_calls or [])
+        obj.message = message if message is not None else {"role": "assistant", "content": text}
         return obj
 
 
@@ -151,10 +168,49 @@ class _Link:
         raise ToolError(reply["error"])
 
 
+class _Tool:
+    """A user or MCP tool: `env.tools.NAME(...)` or `env.tools.SERVER.TOOL(...)`. Positional
+    arguments are named by the tool's parameter order; the broker checks the rest."""
+
+    def __init__(self, link: _Link, name: str, params: list[str]) -> None:
+        self._link, self._name, self._params = link, name, params
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if len(args) > len(self._params):
+            raise ToolError(f"{self._name}() takes {len(self._params)} positional arguments "
+                            f"({len(args)} given)")  # fmt: skip
+        for p, v in zip(self._params, args, strict=False):
+            if p in kwargs:
+                raise ToolError(f"{self._name}() got two values for argument {p!r}")
+            kwargs[p] = v
+        return self._link.call("tool", name=self._name, kwargs=kwargs)
+
+    def __repr__(self) -> str:
+        return f"<tool {self._name}>"
+
+
+class _Server:
+    """An MCP server's tools: `env.tools.SERVER.TOOL(...)`."""
+
+    def __init__(self, link: _Link, name: str, tools: dict[str, list[str]]) -> None:
+        self._link, self._name, self._tools = link, name, tools
+
+    def __getattr__(self, attr: str) -> _Tool:
+        if attr.startswith("__") or attr not in self._tools:
+            raise AttributeError(f"MCP server {self._name} has no tool {attr!r} (tools: "
+                                 f"{', '.join(self._tools)})")  # fmt: skip
+        return _Tool(self._link, f"{self._name}.{attr}", self._tools[attr])
+
+    def __dir__(self) -> list[str]:
+        return list(self._tools)
+
+
 class Tools:
-    def __init__(self, link: _Link, names: list[str]) -> None:
+    def __init__(self, link: _Link, names: list[str],
+                 params: dict[str, list[str]] | None = None) -> None:  # fmt: skip
         self._link = link
         self._names = names
+        self._params = params or {}
 
     def python(self, code: str, timeout: float | None = None) -> PythonResult:
         return PythonResult(self._link.call("python", code=code, timeout=timeout))
@@ -164,14 +220,26 @@ class Tools:
             raise ToolError("this task provides no retriever")
         return list(self._link.call("retrieve", query=query, k=k))
 
+    def __getattr__(self, name: str) -> Any:
+        """A user tool (`_Tool`), or an MCP server (`_Server`), as the broker declared them."""
+        if not name.startswith("__"):
+            if name in self._params and "." not in name:
+                return _Tool(self._link, name, self._params[name])
+            prefix = name + "."
+            tools = {n[len(prefix) :]: p for n, p in self._params.items() if n.startswith(prefix)}
+            if tools:
+                return _Server(self._link, name, tools)
+        raise AttributeError(f"env.tools has no {name!r} (tools: {', '.join(dir(self))})")
+
     def __dir__(self) -> list[str]:
-        return list(self._names)
+        return list(dict.fromkeys(n.split(".")[0] for n in self._names))
 
 
 class Env:
-    def __init__(self, link: _Link, tools: list[str]) -> None:
+    def __init__(self, link: _Link, tools: list[str],
+                 params: dict[str, list[str]] | None = None) -> None:  # fmt: skip
         self._link = link
-        self.tools = Tools(link, tools)
+        self.tools = Tools(link, tools, params)
 
     @property
     def budget(self) -> Budget:
@@ -183,13 +251,22 @@ class Env:
         max_tokens: int | None = None,
         temperature: float | None = None,
         stop: Any = None,
+        tools: Any = None,
+        tool_choice: str | None = None,
     ) -> Reply:
+        """`tools`: OpenAI function schemas ({"type": "function", "function": {"name",
+        "description", "parameters"}}) the model may call; `tool_choice`: "auto" (the
+        default), "none" or "required". The reply's calls are in `.tool_calls`."""
         if isinstance(messages, str):
             messages = [{"role": "user", "content": messages}]
-        r = self._link.call(
-            "llm", messages=messages, max_tokens=max_tokens, temperature=temperature, stop=stop
-        )
-        return Reply(r["text"], r["finish_reason"])
+        args = {"messages": messages, "max_tokens": max_tokens, "temperature": temperature,
+                "stop": stop}  # fmt: skip
+        if tools is not None:  # only when given: a request without them stays as it was
+            args["tools"] = tools
+        if tool_choice is not None:
+            args["tool_choice"] = tool_choice
+        r = self._link.call("llm", **args)
+        return Reply(r["text"], r["finish_reason"], r.get("tool_calls"), r.get("message"))
 
 
 # --- main -----------------------------------------------------------------------------------
@@ -220,7 +297,7 @@ def main() -> None:
                     "error": f"load: {_describe(e)}"})  # fmt: skip
         return
     try:
-        answer = run(init["question"], Env(link, init.get("tools", [])))
+        answer = run(init["question"], Env(link, init.get("tools", []), init.get("tool_params")))
     except BudgetExceeded as e:
         _done(wfd, {"op": "done", "status": "budget_exceeded", "error": f"harness: {e}"})
         return

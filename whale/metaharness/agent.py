@@ -25,12 +25,13 @@ latest result; the session keeps them all. When even that does not fit, the sess
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
 from whale.config import at_least, at_most, check_choices
+from whale.harness.tools.spec import ToolSpec, describe_tools
 from whale.metaharness.archive import ArchiveError
 from whale.metaharness.tools import (
     PROTOCOL_HELP,
@@ -273,8 +274,18 @@ PENDING = ("error: whale stopped while this call was running (a crash or a kill)
 
 class ProposerAgent:
     def __init__(self, model: ChatModel, tools: ArchiveTools, cfg: AgentConfig = AgentConfig(),
-                 retrieval: bool = False) -> None:  # fmt: skip
+                 retrieval: bool = False, user_tools: Sequence[ToolSpec] = ()) -> None:  # fmt: skip
         self.model, self.tools, self.cfg, self.retrieval = model, tools, cfg, retrieval
+        # The user's tools (runtime.tools): the `task` tool lists them after the description,
+        # in the proposer's words (ToolSpec.describe); the system prompt is left as it is.
+        self.user_tools = tuple(user_tools)
+
+    def task_text(self, reply: str) -> str:
+        """What the `task` tool answers: the description, then the user's tools if any."""
+        if not self.user_tools:
+            return reply
+        return (f"{reply}\n\nTools of this task a harness may call, beside env.llm and "
+                f"env.tools.python:\n{describe_tools(self.user_tools)}")  # fmt: skip
 
     def uses_grammar(self) -> bool:
         if self.uses_functions():
@@ -353,6 +364,8 @@ class ProposerAgent:
                     s.ended = "submitted"
                     return s
                 reply = self.tools.call(call)
+                if call.name == "task":
+                    reply = self.task_text(reply)
             s.calls[-1]["output"] = reply
             self._answer(s, step, reply, on_step)
         s.ended = "step budget"

@@ -65,7 +65,8 @@ class SearchOperator:
         rescore = tuple(self.last[1]) if self.last is not None and self.last[0] != fp else ()
         tools = ArchiveTools(self.archive, task.description, self.agent_cfg.tool_chars)
         agent = ProposerAgent(self.proposer, tools, self.agent_cfg,
-                              retrieval=task.retriever is not None)  # fmt: skip
+                              retrieval=task.retriever is not None,
+                              user_tools=solver.tool_specs())  # fmt: skip
         before = self.store.used
         cfg = replace(
             self.settings,

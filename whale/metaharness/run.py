@@ -123,7 +123,8 @@ def run_search(
                 answer_echo_screen=cfg.answer_echo_screen,
             )  # fmt: skip
             agent = ProposerAgent(proposer_model, tools, cfg.agent,
-                                  retrieval=task_obj.retriever is not None)
+                                  retrieval=task_obj.retriever is not None,
+                                  user_tools=runtime.tool_specs())  # fmt: skip
             result = search(task_obj, source, search_set, runtime, agent, store, archive,
                             settings, say)  # fmt: skip
             if not result.accepted_id:  # validate() keeps max_rollouts >= dev

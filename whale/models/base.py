@@ -8,6 +8,7 @@ A backend takes OpenAI-style messages and sampling parameters and returns a `Com
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -20,6 +21,9 @@ Message = dict[str, Any]
 # (at 30.0 it samples near-uniform noise, which a harness could then have trained on), so the
 # bound is whale's, for every backend.
 MAX_TEMPERATURE = 2.0
+# What `Sampling.tool_choice` may be: OpenAI's string choices (llama.cpp's server takes no
+# named-function choice).
+TOOL_CHOICES = ("auto", "none", "required")
 
 
 def _number(x: Any) -> bool:
@@ -41,7 +45,11 @@ class Sampling:
     grammar: str | None = None
     # OpenAI-style function tools, as the JSON text of the request's `tools` list (a string,
     # so that Sampling stays hashable); the reply's calls come back in Completion.tool_calls.
+    # A backend that cannot return tool calls refuses a request with tools (ModelError), it
+    # never drops them.
     tools: str | None = None
+    # With tools: "auto" (the model chooses; also what None sends), "none" or "required".
+    tool_choice: str | None = None
 
     def __post_init__(self) -> None:
         fault = self.fault()
@@ -67,6 +75,12 @@ class Sampling:
         for name in ("grammar", "tools"):
             if not isinstance(getattr(self, name), str | None):
                 return f"{name} must be a string or None"
+        if self.tool_choice is not None:
+            if self.tool_choice not in TOOL_CHOICES:
+                choices = ", ".join(TOOL_CHOICES)
+                return f"tool_choice must be one of {choices}, not {self.tool_choice!r}"
+            if self.tools is None:
+                return "tool_choice needs tools"
         return None
 
     def key(self) -> dict[str, Any]:
@@ -81,6 +95,8 @@ class Sampling:
             key["grammar"] = self.grammar
         if self.tools is not None:
             key["tools"] = self.tools
+        if self.tool_choice is not None:
+            key["tool_choice"] = self.tool_choice
         return key
 
 
@@ -92,8 +108,73 @@ class Completion:
     token_ids: list[int] | None = None
     prompt_token_ids: list[int] | None = None
     cached: bool = False
-    # Function calls of the reply, each {"name": str, "arguments": str (JSON text)}.
+    # Function calls of the reply, each {"name": str, "arguments": str (the JSON text as the
+    # backend gave it)} and "id" where the backend gave one.
     tool_calls: list[dict[str, str]] | None = None
+    # The reply as the model wrote it, where whale read its tool call out of the text
+    # (`text_call`; `text` is then ""), else None: what the SFT data builder trains on.
+    raw_text: str | None = None
+
+
+def template_messages(messages: list[Message]) -> list[Message]:
+    """`messages` as chat templates read them: each assistant tool call's `arguments` (JSON
+    text on the wire, as OpenAI sends it) parsed into an object where it is one. Templates
+    render arguments with `tojson` (Qwen2.5's: `{"name": ..., "arguments": <object>}`), and a
+    string would be rendered as a quoted string; llama.cpp's server parses them the same way
+    before rendering. Arguments that are not a JSON object are left as text. The messages
+    given are not changed."""
+    out = []
+    for m in messages:
+        calls = m.get("tool_calls")
+        if m.get("role") == "assistant" and isinstance(calls, list) and calls:
+            m = {**m, "tool_calls": [_object_arguments(c) for c in calls]}
+        out.append(m)
+    return out
+
+
+def _object_arguments(call: Any) -> Any:
+    if not isinstance(call, dict) or not isinstance(call.get("function"), dict):
+        return call
+    fn = call["function"]
+    args = fn.get("arguments")
+    if isinstance(args, str):
+        try:
+            value = json.loads(args)
+        except (ValueError, RecursionError):
+            return call
+        if isinstance(value, dict):
+            return {**call, "function": {**fn, "arguments": value}}
+    return call
+
+
+def text_call(text: str, tools: str) -> list[dict[str, str]] | None:
+    """The tool call a reply wrote as its whole text, where the server read none: one JSON
+    object `{"name": <a tool offered>, "arguments": {...}}`, bare or inside `<tool_call>` tags,
+    and nothing else but whitespace. None for any other text.
+
+    Why: Qwen2.5-Coder-0.5B (the default solver) writes its calls without the `<tool_call>`
+    tags its chat template asks for (measured on the native llama-server, 2026-12: three
+    prompts, each answered `{"name": "multiply", "arguments": {"a": 1234, "b": 5678}}` and
+    the end of turn), and llama.cpp's parser, like vLLM's hermes parser, reads only tagged
+    calls. A reply that is exactly a call to an offered tool is read as that call; anything
+    more (a sentence around it, two objects, an unknown name, arguments that are not an
+    object) stays text."""
+    body = text.strip()
+    if body.startswith("<tool_call>") and body.endswith("</tool_call>"):
+        body = body[len("<tool_call>") : -len("</tool_call>")].strip()
+    if not (body.startswith("{") and body.endswith("}")):
+        return None
+    try:
+        value = json.loads(body)
+        names = {t["function"]["name"] for t in json.loads(tools)}
+    except (ValueError, RecursionError, TypeError, KeyError):
+        return None
+    if not isinstance(value, dict) or set(value) != {"name", "arguments"}:
+        return None
+    if value["name"] not in names or not isinstance(value["arguments"], dict):
+        return None
+    return [{"name": value["name"],
+             "arguments": json.dumps(value["arguments"], ensure_ascii=False)}]  # fmt: skip
 
 
 class ModelError(WhaleError, RuntimeError):

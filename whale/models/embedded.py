@@ -26,6 +26,12 @@ group, and servers left by dead whale processes are reaped when a new one starts
 After `close()` (or `kill_servers()`) an instance refuses calls with `ModelError`: it never
 restarts its server, and calls waiting for their turn fail within 50 ms.
 
+Tool calls (`Sampling.tools`): the native server renders the tools with the model's chat
+template and parses the calls out of the reply (`--jinja`, see `native.command`); the python
+server renders them but returns the call as text, so a call with tools is refused there
+(ModelError, before any server starts) rather than answered without its calls. Every `tool`
+message reaches either server with a `tool_call_id` (`server_messages`).
+
 With `lora` (a llama.cpp LoRA adapter GGUF) the server applies the adapter to every request
 (`--lora`, or `--lora_path` for the python server; scale 1) and the name becomes
 `embedded:{alias}+{digest}`, the digest being sha256[:12] of the adapter file's bytes, so that
@@ -51,7 +57,14 @@ import httpx
 import whale.models.native as native
 import whale.models.serverproc as serverproc
 import whale.models.vocab as vocab
-from whale.models.base import Completion, ContextOverflow, Message, ModelError, Sampling
+from whale.models.base import (
+    Completion,
+    ContextOverflow,
+    Message,
+    ModelError,
+    Sampling,
+    template_messages,
+)
 from whale.models.openai_compat import OpenAICompatible
 
 # llama-server's message for a prompt longer than a slot (a 400 that OpenAICompatible does not
@@ -96,6 +109,23 @@ def server_kind(server: str | None = None) -> str:
             flush=True,
         )
     return "python"
+
+
+def server_messages(messages: list[Message], kind: str | None) -> list[Message]:
+    """`messages` as the embedded servers take them. Each `tool` message without a
+    `tool_call_id` gets one (`call_{index}`): llama-cpp-python's server answers HTTP 500 to a
+    tool message without it, and harnesses send tool output as a bare `{"role": "tool",
+    "content": ...}` (Qwen2.5's template does not render the id). For the python server, tool
+    call arguments are parsed into objects (`base.template_messages`): it hands the messages
+    to the template as they are, where the native server parses them itself. The caller's
+    list is not changed (the response cache keys on it)."""
+    out = [
+        {**m, "tool_call_id": f"call_{i}"}
+        if m.get("role") == "tool" and not m.get("tool_call_id")
+        else m
+        for i, m in enumerate(messages)
+    ]
+    return template_messages(out) if kind == "python" else out
 
 
 def lora_digest(path: Path) -> str:
@@ -245,7 +275,15 @@ class EmbeddedLlama:
         # The server decodes `slots` calls at once (the python one: one). Queue the rest here,
         # so that a call's timeout counts its own decoding and not the wait behind other
         # calls; the wait polls for close() so that a stopping run does not sit behind a queue.
+        if sampling.tools is not None and (self.kind or server_kind(self.server)) == "python":
+            # Checked before any start: a refused call costs no server.
+            raise ModelError(
+                f"{self.name}: tool calls need the native llama-server (llama-cpp-python's "
+                "server renders the tools but returns the call as text): build it with "
+                "`make llama-server`, or serve the model behind an OpenAI-compatible server"
+            )
         client = self.start()
+        messages = server_messages(messages, self.kind)
         turns = self._turns
         if turns is None:  # closed between start() and here
             raise self._refuse()

@@ -27,6 +27,7 @@ from whale.models.base import (
     ModelNotFound,
     ModelTimeout,
     Sampling,
+    template_messages,
 )
 
 ADAPTER_FILES = ("adapter_model.safetensors", "adapter_config.json")
@@ -128,7 +129,12 @@ class TransformersChat:
         there with finish_reason "length". `timeout` is checked between tokens (ModelTimeout).
         """
         if sampling.grammar is not None or sampling.tools is not None:
-            raise ModelError(f"{self.name} does not support grammar/tools")
+            # Generation here reads no tool calls out of a reply: tools are refused, never
+            # dropped.
+            raise ModelError(f"{self.name} does not support grammar/tools (in-process "
+                             "generation takes no grammar and returns no tool calls; serve "
+                             "the model with the native llama-server or an OpenAI-compatible "
+                             "server)")  # fmt: skip
         with self._lock:
             self._load()
             return self._generate(messages, sampling, timeout)
@@ -142,8 +148,9 @@ class TransformersChat:
         tok, model = self._tokenizer, self._model
         try:
             encoded = tok.apply_chat_template(
-                messages, add_generation_prompt=True, tokenize=True, return_dict=True
-            )
+                template_messages(messages), add_generation_prompt=True, tokenize=True,
+                return_dict=True,
+            )  # fmt: skip
         except Exception as e:  # jinja errors on malformed messages
             raise ModelError(f"{self.name}: cannot render the chat template: {e}") from e
         prompt_ids = [int(i) for i in encoded["input_ids"]]

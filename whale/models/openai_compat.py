@@ -27,6 +27,7 @@ from whale.models.base import (
     ModelTimeout,
     ModelUnreachable,
     Sampling,
+    text_call,
 )
 
 _CONTEXT_WORDS = ("context length", "context window", "maximum context", "too many tokens",
@@ -155,7 +156,7 @@ class OpenAICompatible:
             kwargs["extra_body"] = extra_body
         if sampling.tools is not None:
             kwargs["tools"] = json.loads(sampling.tools)
-            kwargs["tool_choice"] = "auto"
+            kwargs["tool_choice"] = sampling.tool_choice or "auto"
         r = self._client.chat.completions.create(**kwargs)
         if not r.choices:
             raise ModelError(f"{self.base_url} returned no choices")
@@ -170,18 +171,23 @@ class OpenAICompatible:
         extra = getattr(choice, "model_extra", None) or {}
         token_ids = extra.get("token_ids")  # vLLM with return_token_ids
         prompt_ids = (getattr(r, "model_extra", None) or {}).get("prompt_token_ids")
-        calls = [
-            {"name": str(t.function.name), "arguments": str(t.function.arguments or "")}
-            for t in (getattr(choice.message, "tool_calls", None) or [])
-            if getattr(t, "function", None) is not None
-        ]
+        calls = _tool_calls(getattr(choice.message, "tool_calls", None))
+        text, finish = choice.message.content or "", choice.finish_reason or "stop"
+        raw = None
+        if sampling.tools is not None and not calls and finish == "stop":
+            # The model ended its turn after writing a call the server did not read (see
+            # base.text_call): the call, and what it wrote kept for training.
+            read = text_call(text, sampling.tools)
+            if read is not None:
+                calls, raw, text, finish = read, text, "", "tool_calls"
         return Completion(
-            text=choice.message.content or "",
-            finish_reason=choice.finish_reason or "stop",
+            text=text,
+            finish_reason=finish,
             usage=usage,
             token_ids=_ids(token_ids),
             prompt_token_ids=_ids(prompt_ids),
             tool_calls=calls or None,
+            raw_text=raw,
         )
 
     def refuse(self) -> None:
@@ -191,6 +197,21 @@ class OpenAICompatible:
     def close(self) -> None:
         self._closed = True
         self._client.close()
+
+
+def _tool_calls(raw: Any) -> list[dict[str, str]]:
+    """The function calls of a reply message: name, arguments (JSON text, as sent) and the
+    server's id where it gave a string one. Entries without a function are left out."""
+    calls = []
+    for t in raw or []:
+        fn = getattr(t, "function", None)
+        if fn is None:
+            continue
+        call = {"name": str(fn.name or ""), "arguments": str(fn.arguments or "")}
+        if isinstance(getattr(t, "id", None), str) and t.id:
+            call["id"] = t.id
+        calls.append(call)
+    return calls
 
 
 def _ids(x: Any) -> list[int] | None:

@@ -159,7 +159,11 @@ def revise(
         fb = store.evaluate(runtime, store.harness(h), task, q_fb, "feedback", cfg.workers)
         report = build_report(task, q_fb, fb.outcomes, fb.trajectories, cfg.report)
         prompt = proposer.prompt(
-            task.description, store.harness(h), report, runtime.budget, task_tools(task)
+            task.description,
+            store.harness(h),
+            report,
+            runtime.budget,
+            task_tools(task, runtime),
         )
         rd.write_text("report.md", report)
         rd.write_text("prompt.txt", prompt)

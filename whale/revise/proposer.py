@@ -11,7 +11,10 @@ a worked interpreter-loop edit; no command defaults to it. The API section
 (`{api}` in the template) is built from the tools the task really hands a run (`task_tools`:
 python always, retrieve when the task has a retriever) and the budget numbers, so that a QA
 harness's proposer learns of `env.tools.retrieve` and an RG one is not told of a tool it lacks.
-A custom template without `{api}` gets no API section.
+The user's own tools (`runtime.tools`: callables and MCP servers) are listed too, each from
+its signature and first docstring paragraph with its budget (`ToolSpec.describe`); without
+them the section is word for word what it was. A custom template without `{api}` gets no API
+section.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 
 from whale.config import ConfigError, at_least, at_most, check_choices
 from whale.harness import Budget
+from whale.harness.tools.spec import ToolSpec
 from whale.models import ChatModel, ModelError, Sampling
 from whale.models.base import MAX_TEMPERATURE
 from whale.revise.grammar import GrammarUse, edit_grammar
@@ -69,17 +73,24 @@ def load_template(name: str) -> str:
     return resources.files("whale.revise").joinpath("prompts", name).read_text(encoding="utf-8")
 
 
-def task_tools(task: Any) -> tuple[str, ...]:
+Tool = str | ToolSpec  # whale's own tools by name; the user's by their spec
+
+
+def task_tools(task: Any, runtime: Any = None) -> tuple[Tool, ...]:
     """The tools a run of `task` gets, as the evaluator hands them out (evaluate.py passes the
     task's `retriever`, when it has one, to every run): python always, retrieve when the task
-    has a retriever. Reading `task.retriever` may build (and cache) the task's index; the
-    feedback run that precedes the prompt has already done so."""
-    return ("python", "retrieve") if task.retriever is not None else ("python",)
+    has a retriever, then the user tools of `runtime` (a Runtime: `tool_specs()`). Reading
+    `task.retriever` may build (and cache) the task's index; the feedback run that precedes
+    the prompt has already done so (and started the tools process)."""
+    own: tuple[Tool, ...] = ("python", "retrieve") if task.retriever is not None else ("python",)
+    specs = runtime.tool_specs() if runtime is not None else ()
+    return own + tuple(specs)
 
 
-def api_section(tools: Sequence[str], budget: Budget) -> str:
+def api_section(tools: Sequence[Tool], budget: Budget) -> str:
     """The `env` API a harness of a task with `tools` may use, with its budget per question."""
     retrieve = "retrieve" in tools
+    user = [t for t in tools if isinstance(t, ToolSpec)]
     lines = [
         "- `env.llm(messages, max_tokens=None, temperature=None, stop=None)`: calls the solver. "
         '`messages` is a list of {"role": "system"|"user"|"assistant", "content": str} (or one '
@@ -95,11 +106,16 @@ def api_section(tools: Sequence[str], budget: Budget) -> str:
             'returns a list of at most k (capped at 50) passages, best first, each a dict {"id", '
             '"title", "text", "score"}. An empty query returns [] and costs nothing.'
         )
+    lines += [t.describe() for t in user]
     left = ["`.model_calls`", "`.tool_calls`"] + (["`.retrievals`"] if retrieve else [])
+    if user:
+        left.append("`.tools` (a dict: calls left of each tool above, by its name)")
     lines.append(f"- `env.budget`: what is left: {', '.join(left)}, `.seconds`.")
     spend = [f"{budget.model_calls} model calls", f"{budget.tool_calls} python calls"]
     if retrieve:
         spend.append(f"{budget.retrievals} retrievals")
+    if user:
+        spend.append("the calls listed for each tool above")
     lines.append(
         f"Nothing else exists on `env`. Budget per question: {', '.join(spend)}; a call past "
         "the budget ends the run."
@@ -113,7 +129,7 @@ def render(
     source: str,
     report: str,
     budget: Budget,
-    tools: Sequence[str] = ("python",),
+    tools: Sequence[Tool] = ("python",),
 ) -> str:
     # str.replace, not str.format: harness sources are full of braces. The API goes in first,
     # so that a harness or report that happens to contain "{api}" is left alone.
@@ -151,9 +167,9 @@ class Proposer:
         source: str,
         report: str,
         budget: Budget,
-        tools: Sequence[str] = ("python",),
+        tools: Sequence[Tool] = ("python",),
     ) -> str:
-        """`tools`: what a run of the task gets (`task_tools(task)`)."""
+        """`tools`: what a run of the task gets (`task_tools(task, runtime)`)."""
         return render(self.template, description, source, report, budget, tools)
 
     def uses_grammar(self) -> bool:

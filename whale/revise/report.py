@@ -111,11 +111,16 @@ def _trace(t: Trajectory, n: int) -> list[str]:
 
 def _event(k: int, e: dict[str, Any], n: int) -> str:
     if e["kind"] == "model":
-        last = e["messages"][-1]["content"] if e["messages"] else ""
+        last = e["messages"][-1].get("content") if e["messages"] else ""
+        last = last if isinstance(last, str) else str(last or "")
         reply = e["text"] if not e.get("error") else f"<error: {e['error']}>"
+        # Tool calls the model made (env.llm(..., tools=)): name and arguments as it wrote them.
+        made_calls = e.get("tool_calls") or []
+        calls = "; ".join(f"{c.get('name')}({c.get('arguments')})" for c in made_calls)
+        made = f" + tool calls {clip(calls, n // 3)!r}" if calls else ""
         return (
             f"  [{k}] model call (finish {e['finish_reason']}): last message {clip(last, n // 2)!r}"
-            f" -> reply {clip(reply, n // 2)!r}"
+            f" -> reply {clip(reply, n // 2)!r}{made}"
         )
     if e["kind"] == "tool":
         res = e["result"]
@@ -123,6 +128,8 @@ def _event(k: int, e: dict[str, Any], n: int) -> str:
             shown = res.get("stdout", "") + (f" error: {res['error']}" if res.get("error") else "")
         else:
             shown = str(res)
+        if e.get("error"):  # a user tool's failure (whale.harness.tools): what the harness read
+            shown = f"<error: {e['error']}>"
         args = e["args"].get("code", e["args"])
         return f"  [{k}] tool {e['name']}({clip(str(args), n // 2)!r}) -> {clip(shown, n // 2)!r}"
     return f"  [{k}] refused {e['op']}: {e['reason']}"

@@ -1,5 +1,7 @@
-"""Tasks: Reasoning Gym families, multi-hop QA, judged QA and math, found by id through the
-registry (`whale.tasks.registry`: `load_task`, `task_ids`, `register_task`)."""
+"""Tasks: Reasoning Gym families, multi-hop QA, judged QA, math, the user's own files
+(`jsonl:PATH`, ... with named graders) and Python (`py:`), found by id through the registry
+(`whale.tasks.registry`: `load_task`, `task_ids`, `register_task`, and the `whale.tasks` entry
+points of installed packages)."""
 
 from __future__ import annotations
 
@@ -24,10 +26,13 @@ from whale.tasks.base import (
     split,
 )
 from whale.tasks.registry import (
+    ENTRY_POINT_GROUP,
     DuplicateTask,
+    TaskEntry,
     TaskRequest,
     load_task,
     register_task,
+    task_entries,
     task_ids,
 )
 from whale.tasks.variants import VARIANTS, VariantRefused, refusal
@@ -59,6 +64,7 @@ class TaskConfig:
 __all__ = [
     "CAPABILITIES",
     "DuplicateTask",
+    "ENTRY_POINT_GROUP",
     "EvalAlreadyRead",
     "Grade",
     "Question",
@@ -67,6 +73,7 @@ __all__ = [
     "TaskConfig",
     "Task",
     "TaskBase",
+    "TaskEntry",
     "TaskRequest",
     "UnknownTask",
     "VARIANTS",
@@ -78,5 +85,6 @@ __all__ = [
     "normalize_prompt",
     "register_task",
     "split",
+    "task_entries",
     "task_ids",
 ]

@@ -35,26 +35,48 @@ end-of-turn token (the stop string's tokens were sampled but not recorded; the t
 prefix of the sample, so training on it stays faithful). A count below the text's length is
 a mismatch.
 
-Not covered: function-call completions (`finish_reason == "tool_calls"`: the call is not in the
-recorded text, so such calls are skipped unless token ids were recorded), records clipped by
-the trajectory size cap (skipped: their text is no longer what was sampled), and truncation
-(an example over `max_len` is skipped, not cut: a cut prompt is not what the model saw).
+Tool calling (`env.llm(messages, tools=...)`, trajectory version 3). A call's prompt is the
+template rendered with the tools it offered (`ModelCall.tools`) and its history's tool calls
+and `tool` results, all masked: a tool result is context, never trained on. A completion that
+called tools is not all in the recorded text (the server parsed the calls out of what the
+model wrote), so its ids are rebuilt from the template: the conversation with the reply
+appended as an assistant message carrying its calls, rendered without a generation prompt,
+less the prompt's rendering, up to and including the end-of-turn token (Qwen2.5: the text,
+then `<tool_call>\n{"name": ..., "arguments": {...}}\n</tool_call><|im_end|>`). That is what
+the model wrote when it wrote the call the way the template shows it; the backend's count
+checks it (`completion_tokens` equal to the rebuilt ids without, or with, the end-of-turn
+token), and a call written any other way (other spacing, other key order) counts differently
+and is skipped ("template mismatch"), never trained on. Arguments recorded as JSON text are
+parsed into objects before rendering, as llama.cpp's server does (`models.base.
+template_messages`). A call whale read out of the reply's text (`ModelCall.raw_text`: the
+model wrote the call without the template's tags, and the server did not read it; see
+`models.base.text_call`) is trained on that text and its end of turn, as any reply that
+stopped, while later prompts show the call as the template writes it (what the server sent).
+
+Not covered: records clipped by the trajectory size cap (skipped: their text is no longer what
+was sampled), a tool-call completion whose backend gave no count (trained on as the template
+renders it), and truncation (an example over `max_len` is skipped, not cut: a cut prompt is
+not what the model saw).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from whale.harness.trajectory import ModelCall, Trajectory
+from whale.models.base import template_messages
 from whale.train.provenance import NO_PROVENANCE
 
 IGNORE = -100
 END_OF_TURN = "<|im_end|>"
 # What Trajectory._clip leaves in a string it shortened.
 _CLIPPED = re.compile(r"…\[\d+ chars not recorded\]…")
+# Rebuilt completion ids, or None and why they could not be.
+_Ids = tuple[list[int], None] | tuple[None, str]
 
 
 @dataclass(frozen=True)
@@ -81,24 +103,74 @@ def end_of_turn_id(tokenizer: Any) -> int:
     return int(tokenizer.eos_token_id)
 
 
-def template_ids(tokenizer: Any, messages: list[dict[str, Any]]) -> list[int]:
-    """The prompt ids of `messages`: the chat template with the generation prompt, rendered to
-    text and encoded without added special tokens (special tokens in the text are parsed)."""
-    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+def template_ids(
+    tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+) -> list[int]:
+    """The prompt ids of `messages` (offered `tools`, if any): the chat template with the
+    generation prompt, rendered to text and encoded without added special tokens (special
+    tokens in the text are parsed)."""
+    return _encode(tokenizer, _render(tokenizer, messages, tools, generation_prompt=True))
+
+
+def _render(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+            generation_prompt: bool) -> str:  # fmt: skip
+    # `tools=` only when some were offered: a call without tools renders as it did before
+    # tool calling existed, with any tokenizer (some take no `tools` argument).
+    extra = {"tools": tools} if tools else {}
+    text = tokenizer.apply_chat_template(
+        template_messages(messages), add_generation_prompt=generation_prompt, tokenize=False,
+        **extra,
+    )  # fmt: skip
+    return str(text)
+
+
+def _encode(tokenizer: Any, text: str) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 def _clipped(call: ModelCall) -> bool:
-    if _CLIPPED.search(call.text):
-        return True
-    return any(
-        isinstance(m.get("content"), str) and _CLIPPED.search(m["content"]) for m in call.messages
-    )
+    """Whether any text of the call's record was shortened by the trajectory size cap."""
+    return _holds_clip([call.text, call.messages, call.tools, call.tool_calls])
 
 
-def _completion_ids(
-    call: ModelCall, tokenizer: Any, eot: int
-) -> tuple[list[int], None] | tuple[None, str]:
+def _holds_clip(x: Any) -> bool:
+    if isinstance(x, str):
+        return _CLIPPED.search(x) is not None
+    if isinstance(x, dict):
+        return any(_holds_clip(v) for v in x.values())
+    if isinstance(x, list | tuple):
+        return any(_holds_clip(v) for v in x)
+    return False
+
+
+def _tool_call_ids(call: ModelCall, tokenizer: Any, eot: int) -> _Ids:
+    """Rebuilt ids of a completion that called tools (module docstring), checked against
+    `usage.completion_tokens`."""
+    calls = [{"id": t.get("id", ""), "type": "function",
+              "function": {"name": t.get("name", ""), "arguments": t.get("arguments", "")}}
+             for t in call.tool_calls or ()]  # fmt: skip
+    reply = {"role": "assistant", "content": call.text, "tool_calls": calls}
+    try:
+        prompt = _render(tokenizer, call.messages, call.tools, generation_prompt=True)
+        full = _render(tokenizer, [*call.messages, reply], call.tools, generation_prompt=False)
+    except Exception as e:  # a template that raises on these messages (jinja error)
+        return None, f"chat template failed: {type(e).__name__}: {e}"
+    if not full.startswith(prompt):
+        return None, "the chat template renders the tool-call reply apart from its prompt"
+    ids = _encode(tokenizer, full[len(prompt) :])
+    if eot not in ids:
+        return None, "the chat template does not end the tool-call reply's turn"
+    ids = ids[: len(ids) - ids[::-1].index(eot)]  # up to the turn's end; the rest is layout
+    counted = call.usage.get("completion_tokens")
+    if counted is not None and counted not in (len(ids) - 1, len(ids)):
+        return None, (
+            f"template mismatch: the tool call as the chat template writes it is "
+            f"{len(ids) - 1} tokens (+ end of turn), the backend counted {counted}"
+        )
+    return ids, None
+
+
+def _completion_ids(call: ModelCall, tokenizer: Any, eot: int) -> _Ids:
     """Rebuilt completion ids from the text, checked against `usage.completion_tokens`."""
     if call.finish_reason not in ("stop", "length"):
         return None, (
@@ -142,7 +214,7 @@ def call_example(call: ModelCall, tokenizer: Any, source: str, max_len: int) -> 
         if _clipped(call):
             return Skip(source, "record clipped by the trajectory size cap")
         try:
-            prompt = template_ids(tokenizer, call.messages)
+            prompt = template_ids(tokenizer, call.messages, call.tools)
         except Exception as e:  # a template that raises on these messages (jinja error)
             return Skip(source, f"chat template failed: {type(e).__name__}: {e}")
         counted = call.usage.get("prompt_tokens")
@@ -155,9 +227,16 @@ def call_example(call: ModelCall, tokenizer: Any, source: str, max_len: int) -> 
     if call.token_ids is not None:
         completion = list(call.token_ids)
     else:
-        if _CLIPPED.search(call.text):
+        if _holds_clip([call.text, call.tool_calls, call.raw_text]):
             return Skip(source, "record clipped by the trajectory size cap")
-        ids, why = _completion_ids(call, tokenizer, end_of_turn_id(tokenizer))
+        eot = end_of_turn_id(tokenizer)
+        if call.raw_text is not None:  # whale read the call out of this text: train on it
+            written = dataclasses.replace(call, text=call.raw_text, finish_reason="stop")
+            ids, why = _completion_ids(written, tokenizer, eot)
+        elif call.tool_calls:
+            ids, why = _tool_call_ids(call, tokenizer, eot)
+        else:
+            ids, why = _completion_ids(call, tokenizer, eot)
         if ids is None:
             return Skip(source, str(why))
         completion = ids

@@ -15,9 +15,16 @@ call only when the run's answer came from it:
   around it (a harness that adds an import or a `print(result)`), the block being Python that
   does something (not only imports, comments or prose).
 
-Only those calls are trained on; the earlier calls of the same conversation are not (they are
-context of a proven call's prompt, masked there). A run where no call carries the answer is
-dropped from S+ with the reason.
+- the completion made tool calls (`env.llm(..., tools=...)`) and a proven call continues its
+  conversation: its prompt holds this call's assistant turn with these very tool calls (ids,
+  names and arguments as recorded) and a `role: "tool"` result for one of them. A tool-calling
+  loop's answer comes from its last turn, but the turns that asked for the data are the
+  agent's work; followed back along the chain (a call proven this way proves the calls its own
+  prompt continues).
+
+Only those calls are trained on; the other earlier calls of the same conversation are not
+(they are context of a proven call's prompt, masked there). A run where no call carries the
+answer is dropped from S+ with the reason.
 
 "Appears", with both sides NFKC-normalized, case-folded and whitespace squeezed (the answer
 as the grader reads it: the content of its last `\\boxed{}` if it has one, trailing sentence
@@ -177,13 +184,50 @@ def answer_provenance(traj: Trajectory) -> Provenance:
             if wrote and appears(target, out):
                 proven |= wrote
     if proven:
-        return Provenance(frozenset(proven))
+        return Provenance(frozenset(proven | _tool_turns(traj, proven)))
     shown = target if len(target) <= 60 else target[:57] + "..."
     return Provenance(
         frozenset(),
         f"{NO_PROVENANCE}: the answer {shown!r} is in none of the run's {len(texts)} "
         "completions, nor in the output of code one of them wrote",
     )
+
+
+def _tool_turns(traj: Trajectory, proven: set[int]) -> set[int]:
+    """The calls with tool calls whose conversation a proven call continues (module docstring),
+    found from the last proven call back, so a chain of tool turns is followed whole."""
+    calls = traj.model_calls()
+    wrote: dict[str, tuple[int, str, str]] = {}  # tool call id -> (call index, name, arguments)
+    for i, c in enumerate(calls):
+        for t in c.tool_calls or []:
+            wrote[t["id"]] = (i, t["name"], t["arguments"])
+    if not wrote:
+        return set()
+    found: set[int] = set()
+    todo = sorted(proven, reverse=True)
+    while todo:
+        j = todo.pop(0)
+        shown: dict[int, set[str]] = {}  # call index -> ids of its calls replayed in j's prompt
+        answered: set[str] = set()
+        for m in calls[j].messages:  # the harness's data: any shape
+            if not isinstance(m, dict):
+                continue
+            if m.get("role") == "tool" and isinstance(m.get("tool_call_id"), str):
+                answered.add(m["tool_call_id"])
+            replayed = m.get("tool_calls") if m.get("role") == "assistant" else None
+            for t in replayed if isinstance(replayed, list) else []:
+                f = t.get("function") if isinstance(t, dict) else None
+                tid = t.get("id") if isinstance(f, dict) else None
+                w = wrote.get(tid) if isinstance(tid, str) else None
+                if w is not None and w[0] < j and (f.get("name"), f.get("arguments")) == w[1:]:
+                    shown.setdefault(w[0], set()).add(tid)
+        for i, ids in shown.items():
+            own = {t["id"] for t in calls[i].tool_calls or []}
+            if ids == own and ids & answered and i not in proven and i not in found:
+                found.add(i)
+                todo.append(i)
+                todo.sort(reverse=True)
+    return found
 
 
 def _is_work(block: str) -> bool:
