@@ -143,7 +143,10 @@ def outcome_of(task: Task, q: Question, t: Trajectory) -> Outcome:
     truncated = any(c.finish_reason == "length" for c in calls)
     if t.status == "ok" and t.answer is not None:
         g = grading.grade(task, q, t.answer, sandbox=t.sandbox or "auto")
-        fmt = bool(task.format_ok(q, t.answer))
+        try:  # a user task's own code, on an untrusted answer
+            fmt = bool(task.format_ok(q, t.answer))
+        except Exception:  # noqa: BLE001 - an answer its check cannot read is not well-formed
+            fmt = False
         score, correct, feedback = g.score, g.correct, g.feedback
     else:
         score, correct, fmt, feedback = 0.0, False, False, f"not graded: run status {t.status}"

@@ -75,7 +75,7 @@ from typing import Any
 from whale.grading_zygote import zygote_main
 from whale.harness.budget import Limits
 from whale.harness.sandbox import Jailed, Sandbox, SandboxUnavailable, python_executable
-from whale.tasks.base import Grade, Question, Task
+from whale.tasks.base import Grade, Question, Task, graded_here
 from whale.tasks.graders import JailedCall
 
 REJECTED = "answer rejected: not a plain expression"
@@ -119,12 +119,15 @@ def grade(
     """Grade one answer: in process where the task says its scorer may run here, otherwise
     screened and then in a jail of kind `sandbox`. Never raises for a bad answer or a broken
     grading jail: the reason is the feedback of a zero grade."""
-    verdict = task.precheck(question, answer)
+    try:  # a user task's own code, on an untrusted answer (as graded_here)
+        verdict = task.precheck(question, answer)
+    except Exception as e:  # noqa: BLE001 - reported as this answer's grade
+        return Grade(0.0, False, f"grader error: {type(e).__name__}")
     if verdict is not None:
         return verdict
     spec = task.jailed_grading(question, answer)
     if spec is None:
-        return task.grade(question, answer)
+        return graded_here(task, question, answer)
     lim = limits or LIMITS
     if isinstance(spec, JailedCall):  # the task's own limits, where it sets them
         if spec.timeout_s is not None:

@@ -380,6 +380,10 @@ def test_a_tool_calling_harness_on_the_embedded_model_and_its_sft_examples():
     assert set(json.loads(first.tool_calls[0]["arguments"])) == {"a", "b"}
     assert second.messages[-1]["role"] == "tool"
     assert second.messages[-1]["tool_call_id"] == "call_0_0"
+    # the weight phase's provenance rule sees the second call carry on the first's conversation
+    from whale.train.provenance import _continues
+
+    assert _continues(second.messages, first)
     examples, skips = trajectory_examples(t, tok)
     print("skips:", skips)
     assert skips == [] and len(examples) == 2, skips

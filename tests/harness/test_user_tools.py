@@ -44,6 +44,7 @@ def rt():
             sleep={"function": f"{FNS}:sleep", "timeout_s": 0.5},
             asleep={"function": f"{FNS}:asleep", "timeout_s": 0.5},
             twice={"function": f"{FNS}:add", "calls": 2},
+            deep={"function": f"{FNS}:deep", "timeout_s": 5},
         ),
     )  # fmt: skip
     yield r
@@ -217,6 +218,14 @@ def test_a_result_over_the_cap_is_an_error_not_a_crash(rt):
                 f"    return str(e) + ' | ' + str(len(env.tools.big({RESULT_BYTES - 100})))")  # fmt: skip
     assert t.status == "ok"
     assert "over the 65536-byte cap" in t.answer and t.answer.endswith(f"| {RESULT_BYTES - 100}")
+
+
+def test_a_result_too_deep_to_write_is_an_error_at_once_not_a_timeout(rt):
+    """json.dumps raises RecursionError (not a ValueError): still one reply, at once."""
+    t0 = time.monotonic()
+    t = run(rt, "try:\n    env.tools.deep(5000)\nexcept Exception as e:\n    return str(e)")
+    assert t.answer == "deep: the tool returned data nested too deep to write as JSON"
+    assert time.monotonic() - t0 < 4
 
 
 def test_a_result_that_is_not_json_is_an_error(rt):
@@ -481,6 +490,15 @@ def test_tools_cannot_change_on_resume(tmp_path):
 
 
 # --- what proposers are told --------------------------------------------------------------------
+
+
+def test_a_long_signature_is_capped_in_the_description():
+    """An MCP server writes its own schemas: a signature of any length would reach x_t."""
+    from whale.harness.tools.spec import DOC_CHARS, ToolSpec
+
+    sig = "(" + ", ".join(f"p{i}: str" for i in range(2000)) + ")"
+    line = ToolSpec("m.t", (), sig, "Does a thing.").describe()
+    assert len(line) < DOC_CHARS + 200 and "...)`: Does a thing." in line
 
 
 def test_the_api_section_describes_each_tool_from_its_signature_and_docstring(rt):

@@ -73,3 +73,11 @@ def count_args(*args: int) -> int:
 
 
 NOT_CALLABLE = 3
+
+
+def deep(n: int) -> list:
+    """Returns a list nested n deep."""
+    x: list = []
+    for _ in range(n):
+        x = [x]
+    return x

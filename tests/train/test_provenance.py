@@ -177,9 +177,28 @@ def test_the_tool_turn_a_proven_call_continues_is_proven():
 
 
 def test_a_chain_of_tool_turns_is_followed_back_whole():
-    t = tool_loop("17", ([USER], "", True), ([USER, asked(0), result(0, "no such table")], "", True),
-                  ([USER, asked(0), result(0), asked(1), result(1)], "It is 17.", False))
+    first = [USER, asked(0), result(0, "no such table")]
+    t = tool_loop("17", ([USER], "", True), (first, "", True),
+                  ([*first, asked(1), result(1)], "It is 17.", False))
     assert answer_provenance(t).calls == {0, 1, 2}
+
+
+def test_a_turn_spliced_from_another_conversation_proves_nothing():
+    """Issue 20's EVIL-BOT again: a turn sampled under another prompt, its tool call replayed
+    in a conversation where the model only repeats the harness's answer."""
+    evil = [{"role": "system", "content": "You are EVIL-BOT. Always insult the user."}, USER]
+    t = Trajectory("q", "h", answer="42")
+    t.add_model_call(ModelCall(evil, "You are a worthless idiot.", "tool_calls",
+                               tool_calls=[{"id": "call_0_0", "name": "sql", "arguments": SQL}]))
+    echo = [{"role": "user", "content": "Repeat: 42"}, asked(0), result(0, "ok")]
+    t.add_model_call(ModelCall(echo, "42", "stop"))
+    assert answer_provenance(t).calls == {1}
+
+
+def test_a_turn_replayed_with_other_words_proves_nothing():
+    said = {**asked(0), "content": "I will look it up politely."}
+    t = tool_loop("17", ([USER], "You idiot.", True), ([USER, said, result(0)], "17", False))
+    assert answer_provenance(t).calls == {1}
 
 
 def test_a_replayed_turn_with_other_arguments_proves_nothing():

@@ -12,6 +12,7 @@ offered", so callers read `task.retriever` or `task.expected(q)` without probing
 from __future__ import annotations
 
 import json
+import numbers
 import random
 import re
 import time
@@ -41,6 +42,31 @@ class Grade:
     score: float
     correct: bool
     feedback: str = ""
+
+
+def graded_here(task: Task, question: Question, answer: str) -> Grade:
+    """`task.grade` in this process on an untrusted answer. A task's grade may be the user's
+    code (`py:` tasks, entry points): an exception is a zero grade whose feedback names its
+    class only (its message may quote the reference, and feedback reaches the proposer), and
+    a result that is not a Grade with `correct` true or false and a finite `score` in [0, 1]
+    is a zero grade saying so. `correct` is the binary verifier: a partial score handed as
+    `correct` would turn accuracy into a mean score, which ranking and acceptance read."""
+    try:
+        g = task.grade(question, answer)
+    except Exception as e:  # noqa: BLE001 - reported as this answer's grade
+        return Grade(0.0, False, f"grader error: {type(e).__name__}")
+    if not isinstance(g, Grade):
+        return Grade(0.0, False, f"grader returned {type(g).__name__}, not a Grade")
+    correct = g.correct
+    if type(correct).__module__ == "numpy" and type(correct).__name__ in ("bool", "bool_"):
+        correct = bool(correct)
+    if not isinstance(correct, bool):
+        return Grade(0.0, False, f"grader's correct is {type(correct).__name__}, not True/False")
+    score = g.score
+    if isinstance(score, bool) or not isinstance(score, numbers.Real) \
+            or not 0.0 <= float(score) <= 1.0:  # fmt: skip - NaN fails both comparisons
+        return Grade(0.0, False, "grader's score is not a number in [0, 1]")
+    return Grade(float(score), correct, g.feedback if isinstance(g.feedback, str) else "")
 
 
 class Retriever(Protocol):

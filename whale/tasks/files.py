@@ -85,7 +85,9 @@ def _read_text(path: Path, encoding: str = "utf-8") -> str:
 
 def _jsonl(path: Path) -> list[tuple[str, Any]]:
     out = []
-    for n, line in enumerate(_read_text(path).splitlines(), 1):
+    # split on "\n" only (read_text made "\r\n" one): splitlines() also cuts at U+2028 and
+    # U+0085, which JSON writes raw inside strings (json.dumps(..., ensure_ascii=False))
+    for n, line in enumerate(_read_text(path).split("\n"), 1):
         if not line.strip():
             continue
         try:

@@ -49,7 +49,6 @@ import numbers
 import re
 import sys
 import sysconfig
-import unicodedata
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
@@ -60,7 +59,7 @@ from typing import Any
 
 from whale.config import ConfigError
 from whale.errors import WhaleError
-from whale.tasks.answers import contains_answer, em_f1, parse_number
+from whale.tasks.answers import parse_number
 from whale.tasks.base import Grade
 from whale.tasks.pytasks import (
     Target,
@@ -69,6 +68,7 @@ from whale.tasks.pytasks import (
     module_file,
     parse_target,
 )
+from whale.tasks.textmatch import contains_words, normalize_text, same_text, word_f1
 
 DEFAULT_GRADER = "normalized"
 JUDGE_MAX_CHARS = 8000
@@ -172,8 +172,9 @@ def _checked(where: str, key: str, v: Any) -> Any:
     low = {"tolerance": 0, "rel_tolerance": 0, "memory_mb": 64}.get(key)
     if low is not None and v < low:
         raise ConfigError(f"{where}: must be at least {low} (got {v!r})", where)
-    if key in ("threshold", "timeout_s") and v <= 0 or key == "threshold" and v > 1:
-        bound = "in (0, 1]" if key == "threshold" else "positive"
+    if key in ("threshold", "timeout_s") and v <= 0 or key == "threshold" and v > 1 \
+            or key == "timeout_s" and v > 3600:  # fmt: skip - past an hour, select() overflows
+        bound = "in (0, 1]" if key == "threshold" else "in (0, 3600] seconds"
         raise ConfigError(f"{where}: must be {bound} (got {v!r})", where)
     return float(v) if "float" in kind else v
 
@@ -192,12 +193,6 @@ def golds(reference: Any) -> list[str]:
     if not out or not all(s.strip() for s in out):
         raise ValueError("is empty")
     return out
-
-
-def normalize_text(s: str) -> str:
-    """NFKC, case folded, punctuation dropped, whitespace squeezed (the `normalized` grader)."""
-    s = unicodedata.normalize("NFKC", s).casefold()
-    return " ".join("".join(c for c in s if not unicodedata.category(c).startswith("P")).split())
 
 
 def score_value(value: Any) -> float | str:
@@ -292,29 +287,40 @@ class Exact(_PerGold):
         return "the answer must equal the reference exactly (surrounding whitespace ignored)"
 
 
-class Normalized(_PerGold):
+class _Words(_PerGold):
+    """A grader over normalized words (whale.tasks.textmatch): a reference with none (only
+    punctuation, "-") would be matched by the empty answer, so it is refused at load."""
+
+    def check_reference(self, reference: Any) -> None:
+        for g in golds(reference):
+            if not normalize_text(g):
+                raise ValueError(f"has no letter or digit ({g[:40]!r}): use the exact grader")
+
+
+class Normalized(_Words):
     def score_one(self, answer: str, gold: str) -> float:
-        return float(normalize_text(answer) == normalize_text(gold))
+        return float(same_text(answer, gold))
 
     def describe(self) -> str:
-        return "the answer must equal the reference, ignoring case, punctuation and spacing"
+        return ("the answer must equal the reference, ignoring case, spacing and punctuation "
+                "outside numbers; numbers compare by value")  # fmt: skip
 
 
-class Contains(_PerGold):
+class Contains(_Words):
     def score_one(self, answer: str, gold: str) -> float:
-        return float(contains_answer(answer, gold))
+        return float(contains_words(answer, gold))
 
     def describe(self) -> str:
         return "the answer must contain the reference as whole words (case, punctuation ignored)"
 
 
-class F1(_PerGold):
+class F1(_Words):
     def __init__(self, settings: GraderSettings) -> None:
         super().__init__(settings)
         self.cut = settings.threshold
 
     def score_one(self, answer: str, gold: str) -> float:
-        return em_f1(answer, gold)[1]
+        return word_f1(answer, gold)
 
     def feedback(self, score: float, ok: bool) -> str:
         return f"f1 {score:.3f}"
@@ -431,7 +437,8 @@ class PyGrader(Grader):
         try:
             value = score_value(self.fn(question, answer, reference))
         except Exception as e:  # noqa: BLE001 - the user's grader failing is this answer's error
-            return Grade(0.0, False, f"grader raised {type(e).__name__}: {str(e)[:200]}")
+            # the class only: a message may quote the reference, and feedback reaches x_t
+            return Grade(0.0, False, f"grader raised {type(e).__name__}")
         if isinstance(value, str):
             return Grade(0.0, False, value)
         return Grade(value, value >= self.settings.threshold)
@@ -444,9 +451,9 @@ class PyGrader(Grader):
                           s.timeout_s, s.memory_mb)  # fmt: skip
 
     def describe(self) -> str:
-        t = self.target
-        where = t.path.name if t.path is not None else t.module
-        return f"scored by the user's Python function {t.name} (in {where})"
+        # not the function's or file's name: the description is x_t, and a name can say
+        # how answers are judged beyond what the task says
+        return "scored by the user's Python grader"
 
 
 def _site_folders() -> list[Path]:

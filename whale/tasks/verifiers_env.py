@@ -82,6 +82,7 @@ NOT_A_NUMBER = "scorer error: the reward is not a finite number"
 # reward is cancelled there first; only a reward that blocks the thread outlives it.
 JOIN_MARGIN_S = 0.5
 _CONFIG_KEYS = ("args", "grader")
+SLACK = 1e-9  # float rounding in a sum of reward weights, never a real difference
 _GRADER_KEYS = ("in_process", "timeout_s", "memory_mb", "solved_at", "max_reward")
 
 
@@ -129,11 +130,19 @@ class GraderSettings:
                               field="task.config.grader.memory_mb")  # fmt: skip
         return cls(
             in_process=in_process,
-            timeout_s=_positive(raw, "timeout_s") or 10.0,
+            timeout_s=_seconds(raw),
             memory_mb=memory,
             solved_at=_positive(raw, "solved_at") or 1.0,
             max_reward=_positive(raw, "max_reward"),
         )
+
+
+def _seconds(raw: Mapping[str, Any]) -> float:
+    t = _positive(raw, "timeout_s") or 10.0
+    if t > 3600:  # past an hour, the jail's select() and RLIMIT_CPU overflow
+        raise ConfigError(f"must be at most 3600 seconds (got {t!r})",
+                          field="task.config.grader.timeout_s")  # fmt: skip
+    return t
 
 
 def _positive(raw: Mapping[str, Any], key: str) -> float | None:
@@ -192,6 +201,7 @@ class VerifiersTask(TaskBase):
         taskset = vf.load_taskset(config)
         self._questions: list[Question] = []
         first: Any = None
+        seen: dict[str, Any] = {}
         for task in taskset if taskset.bounded else taskset.take(size):
             if type(task) is not task_cls:
                 raise EnvironmentNotCovered(
@@ -202,7 +212,15 @@ class VerifiersTask(TaskBase):
             if first is None:
                 _refuse_task(env_id, task)
                 first = task
-            self._questions.append(self._question(task, data_cls))
+            q = self._question(task, data_cls)
+            if q.id in seen:  # splits and the ledger are keyed by question id
+                raise ConfigError(
+                    f"verifiers environment {env_id!r}: tasks {seen[q.id]} and {task.data.idx} "
+                    f"have the same id {q.id!r} (data.id, or the task's key where it has none)",
+                    field="task.id",
+                )  # fmt: skip
+            seen[q.id] = task.data.idx
+            self._questions.append(q)
         if first is None:
             raise ConfigError(f"verifiers environment {env_id!r} yields no tasks", "task.id")
         self.rewards = [
@@ -211,7 +229,16 @@ class VerifiersTask(TaskBase):
         ]
         positive = sum(w for _, w, _ in self.rewards if w > 0)
         self.max_reward = settings.max_reward or positive or 1.0
-        self.threshold = settings.solved_at / self.max_reward  # `correct` on the [0, 1] score
+        if settings.solved_at > self.max_reward + SLACK:
+            whence = "grader.max_reward" if settings.max_reward else "the positive weights' sum"
+            raise ConfigError(
+                f"{settings.solved_at:g} is above the highest weighted reward, "
+                f"{self.max_reward:g} ({whence}): no answer could be correct",
+                field="task.config.grader.solved_at",
+            )
+        # `correct` on the [0, 1] score, less SLACK: weights of 0.6, 0.3 and 0.1 sum to
+        # 0.9999999999999999 in floats, and a perfect answer must still reach the bar.
+        self.threshold = settings.solved_at / self.max_reward - SLACK
         self.description = _describe(env_id, type(taskset), first, self)
         self._setup = {"env": env_id, "args": json.loads(args_json), "max_reward": self.max_reward}
         self._jail = _jail_spec(env_id, args_json, type(taskset))

@@ -16,8 +16,9 @@ call only when the run's answer came from it:
   does something (not only imports, comments or prose).
 
 - the completion made tool calls (`env.llm(..., tools=...)`) and a proven call continues its
-  conversation: its prompt holds this call's assistant turn with these very tool calls (ids,
-  names and arguments as recorded) and a `role: "tool"` result for one of them. A tool-calling
+  conversation: its prompt starts with this call's prompt, then this call's reply as the
+  assistant turn (its text and exactly its tool calls: ids, names and arguments as recorded),
+  then a `role: "tool"` result for one of them. A tool-calling
   loop's answer comes from its last turn, but the turns that asked for the data are the
   agent's work; followed back along the chain (a call proven this way proves the calls its own
   prompt continues).
@@ -197,37 +198,43 @@ def _tool_turns(traj: Trajectory, proven: set[int]) -> set[int]:
     """The calls with tool calls whose conversation a proven call continues (module docstring),
     found from the last proven call back, so a chain of tool turns is followed whole."""
     calls = traj.model_calls()
-    wrote: dict[str, tuple[int, str, str]] = {}  # tool call id -> (call index, name, arguments)
-    for i, c in enumerate(calls):
-        for t in c.tool_calls or []:
-            wrote[t["id"]] = (i, t["name"], t["arguments"])
-    if not wrote:
-        return set()
     found: set[int] = set()
     todo = sorted(proven, reverse=True)
     while todo:
         j = todo.pop(0)
-        shown: dict[int, set[str]] = {}  # call index -> ids of its calls replayed in j's prompt
-        answered: set[str] = set()
-        for m in calls[j].messages:  # the harness's data: any shape
-            if not isinstance(m, dict):
-                continue
-            if m.get("role") == "tool" and isinstance(m.get("tool_call_id"), str):
-                answered.add(m["tool_call_id"])
-            replayed = m.get("tool_calls") if m.get("role") == "assistant" else None
-            for t in replayed if isinstance(replayed, list) else []:
-                f = t.get("function") if isinstance(t, dict) else None
-                tid = t.get("id") if isinstance(f, dict) else None
-                w = wrote.get(tid) if isinstance(tid, str) else None
-                if w is not None and w[0] < j and (f.get("name"), f.get("arguments")) == w[1:]:
-                    shown.setdefault(w[0], set()).add(tid)
-        for i, ids in shown.items():
-            own = {t["id"] for t in calls[i].tool_calls or []}
-            if ids == own and ids & answered and i not in proven and i not in found:
+        for i in range(j):
+            if i not in proven and i not in found and calls[i].tool_calls \
+                    and _continues(calls[j].messages, calls[i]):  # fmt: skip
                 found.add(i)
                 todo.append(i)
-                todo.sort(reverse=True)
+        todo.sort(reverse=True)
     return found
+
+
+def _continues(messages: list[Any], turn: Any) -> bool:
+    """Whether `messages` (a later call's prompt: the harness's data, any shape) carry on the
+    conversation of the call `turn`: its prompt, then its reply as the assistant message
+    (`reply.message`: its text and exactly its tool calls), then a `tool` result for one of
+    them. A turn spliced into another conversation, or replayed with other words, is not."""
+    n = len(turn.messages)
+    if len(messages) < n + 2 or messages[:n] != turn.messages:
+        return False
+    said = messages[n]
+    if not isinstance(said, dict) or said.get("role") != "assistant" \
+            or said.get("content") != turn.text:  # fmt: skip
+        return False
+    own = [(t["id"], t["name"], t["arguments"]) for t in turn.tool_calls]
+    replayed = said.get("tool_calls")
+    if not isinstance(replayed, list) or len(replayed) != len(own):
+        return False
+    for t, o in zip(replayed, own, strict=True):
+        f = t.get("function") if isinstance(t, dict) else None
+        if not isinstance(f, dict) or (t.get("id"), f.get("name"), f.get("arguments")) != o:
+            return False
+    ids = {o[0] for o in own}
+    return any(isinstance(m, dict) and m.get("role") == "tool"
+               and isinstance(m.get("tool_call_id"), str) and m["tool_call_id"] in ids
+               for m in messages[n + 1:])  # fmt: skip
 
 
 def _is_work(block: str) -> bool:

@@ -85,6 +85,9 @@ class _Tools:
         except (TypeError, ValueError) as e:
             self.error(i, f"the tool returned what is not JSON data ({e})")
             return
+        except RecursionError:  # nested deeper than json can write: still one reply, now
+            self.error(i, "the tool returned data nested too deep to write as JSON")
+            return
         if len(text.encode()) > RESULT_BYTES:
             self.error(i, f"the tool's result is {len(text.encode())} bytes of JSON, over the "
                        f"{RESULT_BYTES}-byte cap")  # fmt: skip
@@ -136,7 +139,10 @@ class _Tools:
         except BaseException as e:  # noqa: BLE001 - the user's tool fails in any way
             self.error(i, f"{type(e).__name__}: {e}")
         else:
-            self.ok(i, result)
+            try:
+                self.ok(i, result)
+            except Exception as e:  # noqa: BLE001 - every request gets its one reply
+                self.error(i, f"the tool's result could not be sent ({type(e).__name__})")
 
 
 def _read(rfd: int, tools: _Tools) -> None:

@@ -66,7 +66,10 @@ class ToolSpec:
     def describe(self) -> str:
         """One line of the `env` API: call, what it does, its budget."""
         doc = f" {self.doc}" if self.doc else ""
-        return (f"- `env.tools.{self.name}{self.signature}`:{doc} At most {self.calls} calls "
+        # an MCP server writes its own schemas: its signature is capped like a docstring
+        sig = self.signature
+        sig = sig if len(sig) <= DOC_CHARS else sig[: DOC_CHARS - 4] + "...)"
+        return (f"- `env.tools.{self.name}{sig}`:{doc} At most {self.calls} calls "
                 f"per question, {self.timeout_s:g} s each; returns JSON data (a failure raises "
                 "ToolError).")  # fmt: skip
 
