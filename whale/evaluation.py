@@ -145,7 +145,7 @@ def outcome_of(task: Task, q: Question, t: Trajectory) -> Outcome:
         g = grading.grade(task, q, t.answer, sandbox=t.sandbox or "auto")
         try:  # a user task's own code, on an untrusted answer
             fmt = bool(task.format_ok(q, t.answer))
-        except Exception:  # noqa: BLE001 - an answer its check cannot read is not well-formed
+        except (Exception, SystemExit):  # noqa: BLE001 - an answer its check cannot read
             fmt = False
         score, correct, feedback = g.score, g.correct, g.feedback
     else:

@@ -75,7 +75,7 @@ from typing import Any
 from whale.grading_zygote import zygote_main
 from whale.harness.budget import Limits
 from whale.harness.sandbox import Jailed, Sandbox, SandboxUnavailable, python_executable
-from whale.tasks.base import Grade, Question, Task, graded_here
+from whale.tasks.base import Grade, Question, Task, checked_grade, graded_here, grader_error
 from whale.tasks.graders import JailedCall
 
 REJECTED = "answer rejected: not a plain expression"
@@ -121,11 +121,11 @@ def grade(
     grading jail: the reason is the feedback of a zero grade."""
     try:  # a user task's own code, on an untrusted answer (as graded_here)
         verdict = task.precheck(question, answer)
-    except Exception as e:  # noqa: BLE001 - reported as this answer's grade
-        return Grade(0.0, False, f"grader error: {type(e).__name__}")
+        spec = None if verdict is not None else task.jailed_grading(question, answer)
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - reported as this answer's grade
+        return grader_error(e)
     if verdict is not None:
-        return verdict
-    spec = task.jailed_grading(question, answer)
+        return checked_grade(verdict)
     if spec is None:
         return graded_here(task, question, answer)
     lim = limits or LIMITS

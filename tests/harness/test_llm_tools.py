@@ -380,10 +380,6 @@ def test_a_tool_calling_harness_on_the_embedded_model_and_its_sft_examples():
     assert set(json.loads(first.tool_calls[0]["arguments"])) == {"a", "b"}
     assert second.messages[-1]["role"] == "tool"
     assert second.messages[-1]["tool_call_id"] == "call_0_0"
-    # the weight phase's provenance rule sees the second call carry on the first's conversation
-    from whale.train.provenance import _continues
-
-    assert _continues(second.messages, first)
     examples, skips = trajectory_examples(t, tok)
     print("skips:", skips)
     assert skips == [] and len(examples) == 2, skips
@@ -412,3 +408,28 @@ def test_the_python_embedded_server_takes_a_bare_tool_message():
     finally:
         model.close()
     assert c.usage["completion_tokens"] > 0
+
+
+# The weight phase's provenance rule on real records: a tool turn counts when its call ran
+# through the broker and its very result went back (whale.train.provenance).
+BROKERED = LOOP.replace("result = multiply(**call[\"arguments\"])",
+                        "result = env.tools.multiply(**call[\"arguments\"])")
+assert BROKERED != LOOP
+
+
+def test_a_tool_turn_served_by_the_broker_is_proven_for_the_weight_phase():
+    from whale.harness.tools import parse_tools
+    from whale.train.provenance import answer_provenance
+
+    t = run(ToolModel(), BROKERED,
+            tools=parse_tools({"multiply": "tests.harness.tool_fns:multiply"}))  # fmt: skip
+    assert t.status == "ok" and t.answer == "The answer is 42.", t.error
+    assert answer_provenance(t).calls == {0, 1}
+
+
+def test_a_tool_turn_the_harness_answered_itself_is_not():
+    """LOOP runs multiply in the harness's own Python: the rule cannot tell its result from
+    one the harness made up, so only the answering call is proven (a false drop)."""
+    from whale.train.provenance import answer_provenance
+
+    assert answer_provenance(run(ToolModel(), LOOP)).calls == {1}

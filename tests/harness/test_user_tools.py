@@ -220,12 +220,22 @@ def test_a_result_over_the_cap_is_an_error_not_a_crash(rt):
     assert "over the 65536-byte cap" in t.answer and t.answer.endswith(f"| {RESULT_BYTES - 100}")
 
 
-def test_a_result_too_deep_to_write_is_an_error_at_once_not_a_timeout(rt):
-    """json.dumps raises RecursionError (not a ValueError): still one reply, at once."""
+@pytest.mark.parametrize("n", [65, 600, 5000])
+def test_a_result_nested_too_deep_is_an_error_at_once(rt, n):
+    """Past 64 levels the broker's records and replies stop (streams.MAX_DEPTH); 600 crashed
+    the broker's record of the call, 5000 made json.dumps raise RecursionError (no reply at
+    all: a timeout). Each is one error reply, at once, and the call is on the record."""
     t0 = time.monotonic()
-    t = run(rt, "try:\n    env.tools.deep(5000)\nexcept Exception as e:\n    return str(e)")
-    assert t.answer == "deep: the tool returned data nested too deep to write as JSON"
+    t = run(rt, f"try:\n    env.tools.deep({n})\nexcept Exception as e:\n    return str(e)")
+    assert t.status == "ok", (t.error, t.failure)
+    assert t.answer == "deep: the tool returned data nested deeper than 64 levels"
+    assert [e["name"] for e in t.events if e["kind"] == "tool"] == ["deep"]
     assert time.monotonic() - t0 < 4
+
+
+def test_a_deep_result_under_the_cap_comes_back(rt):
+    t = run(rt, "x = env.tools.deep(50)\nd = 0\nwhile x:\n    x, d = x[0], d + 1\nreturn str(d)")
+    assert t.answer == "50", (t.answer, t.error)
 
 
 def test_a_result_that_is_not_json_is_an_error(rt):

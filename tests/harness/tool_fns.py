@@ -81,3 +81,8 @@ def deep(n: int) -> list:
     for _ in range(n):
         x = [x]
     return x
+
+
+def multiply(a: int, b: int) -> int:
+    """Multiply two integers."""
+    return a * b

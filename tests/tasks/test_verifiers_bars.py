@@ -95,3 +95,14 @@ def test_a_scoring_timeout_past_an_hour_is_refused(split_env):
     with pytest.raises(ConfigError) as e:
         _load(split_env, {"timeout_s": 1e300})
     assert e.value.field == "task.config.grader.timeout_s"
+
+
+@pytest.mark.parametrize("grader", [{"max_reward": 1e10}, {"solved_at": 1e-10}])
+def test_the_bar_stays_above_zero(split_env, grader):
+    """The slack is relative: a tiny bar is not pushed to zero (every answer correct)."""
+    assert _load(split_env, grader).threshold > 0
+
+
+def test_a_reward_below_the_bar_is_not_correct_under_a_large_max_reward(split_env):
+    task = _load(split_env, {"max_reward": 1e10})  # solved_at 1.0 of 1e10
+    assert not task.grade(task.questions()[1], "a long wrong answer").correct  # reward 0.1

@@ -74,6 +74,8 @@ def parse_number(text: str) -> Fraction | None:
     boxed = last_boxed(t)
     if boxed is not None:
         t = boxed
+    if len(t) > 10 * MAX_NUMBER_CHARS:  # before the regex below, quadratic on "\text{" x N
+        return None
     t = t.replace("\\!", "").replace(",", "").replace(" ", "").rstrip(".")
     t = re.sub(r"\\(?:text|mathrm)\{[^}]*\}", "", t)
     m = re.fullmatch(r"\\d?frac\{(-?\d+)\}\{(-?\d+)\}", t.replace("\\dfrac", "\\frac"))

@@ -46,27 +46,39 @@ class Grade:
 
 def graded_here(task: Task, question: Question, answer: str) -> Grade:
     """`task.grade` in this process on an untrusted answer. A task's grade may be the user's
-    code (`py:` tasks, entry points): an exception is a zero grade whose feedback names its
-    class only (its message may quote the reference, and feedback reaches the proposer), and
-    a result that is not a Grade with `correct` true or false and a finite `score` in [0, 1]
-    is a zero grade saying so. `correct` is the binary verifier: a partial score handed as
-    `correct` would turn accuracy into a mean score, which ranking and acceptance read."""
+    code (`py:` tasks, entry points): an exception (SystemExit included) is a zero grade whose
+    feedback names its class only (its message may quote the reference, and feedback reaches
+    the proposer); what it returns goes through `checked_grade`. Not covered: a grade() that
+    hangs hangs its grading thread (a `py:` task's code is trusted to return)."""
     try:
-        g = task.grade(question, answer)
-    except Exception as e:  # noqa: BLE001 - reported as this answer's grade
-        return Grade(0.0, False, f"grader error: {type(e).__name__}")
-    if not isinstance(g, Grade):
-        return Grade(0.0, False, f"grader returned {type(g).__name__}, not a Grade")
-    correct = g.correct
-    if type(correct).__module__ == "numpy" and type(correct).__name__ in ("bool", "bool_"):
-        correct = bool(correct)
-    if not isinstance(correct, bool):
-        return Grade(0.0, False, f"grader's correct is {type(correct).__name__}, not True/False")
-    score = g.score
-    if isinstance(score, bool) or not isinstance(score, numbers.Real) \
-            or not 0.0 <= float(score) <= 1.0:  # fmt: skip - NaN fails both comparisons
-        return Grade(0.0, False, "grader's score is not a number in [0, 1]")
-    return Grade(float(score), correct, g.feedback if isinstance(g.feedback, str) else "")
+        return checked_grade(task.grade(question, answer))
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - reported as this answer's grade
+        return grader_error(e)
+
+
+def grader_error(e: BaseException) -> Grade:
+    return Grade(0.0, False, f"grader error: {type(e).__name__}")
+
+
+def checked_grade(g: Any) -> Grade:
+    """A Grade with `correct` true or false and a finite `score` in [0, 1], as a plain Grade;
+    anything else is a zero grade saying so. `correct` is the binary verifier: a partial score
+    handed as `correct` would turn accuracy into a mean score, which ranking reads."""
+    try:
+        if not isinstance(g, Grade):
+            return Grade(0.0, False, f"grader returned {type(g).__name__}, not a Grade")
+        correct, score, feedback = g.correct, g.score, g.feedback
+        if type(correct).__module__ == "numpy" and type(correct).__name__ in ("bool", "bool_"):
+            correct = bool(correct)
+        if not isinstance(correct, bool):
+            return Grade(0.0, False, f"grader's correct is {type(correct).__name__}, "
+                                     "not True/False")  # fmt: skip
+        if isinstance(score, bool) or not isinstance(score, numbers.Real) \
+                or not 0.0 <= float(score) <= 1.0:  # fmt: skip - NaN fails both comparisons
+            return Grade(0.0, False, "grader's score is not a number in [0, 1]")
+        return Grade(float(score), correct, feedback if isinstance(feedback, str) else "")
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - a property that raises, an overflow
+        return grader_error(e)
 
 
 class Retriever(Protocol):

@@ -228,17 +228,21 @@ class VerifiersTask(TaskBase):
             for fn in first.hooks("reward")
         ]
         positive = sum(w for _, w, _ in self.rewards if w > 0)
-        self.max_reward = settings.max_reward or positive or 1.0
-        if settings.solved_at > self.max_reward + SLACK:
+        if not positive and settings.max_reward is None:
+            raise ConfigError(f"verifiers environment {env_id!r}: no reward has a positive "
+                              "weight, so no answer could be correct; set "
+                              "task.config.grader.max_reward", "task.config.grader")  # fmt: skip
+        self.max_reward = settings.max_reward or positive
+        if settings.solved_at > self.max_reward * (1 + SLACK):
             whence = "grader.max_reward" if settings.max_reward else "the positive weights' sum"
             raise ConfigError(
                 f"{settings.solved_at:g} is above the highest weighted reward, "
                 f"{self.max_reward:g} ({whence}): no answer could be correct",
                 field="task.config.grader.solved_at",
             )
-        # `correct` on the [0, 1] score, less SLACK: weights of 0.6, 0.3 and 0.1 sum to
-        # 0.9999999999999999 in floats, and a perfect answer must still reach the bar.
-        self.threshold = settings.solved_at / self.max_reward - SLACK
+        # `correct` on the [0, 1] score, less a relative SLACK: weights of 0.6, 0.3 and 0.1
+        # sum to 0.9999999999999999 in floats, and a perfect answer must still reach the bar.
+        self.threshold = settings.solved_at / self.max_reward * (1 - SLACK)
         self.description = _describe(env_id, type(taskset), first, self)
         self._setup = {"env": env_id, "args": json.loads(args_json), "max_reward": self.max_reward}
         self._jail = _jail_spec(env_id, args_json, type(taskset))

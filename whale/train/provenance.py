@@ -18,7 +18,10 @@ call only when the run's answer came from it:
 - the completion made tool calls (`env.llm(..., tools=...)`) and a proven call continues its
   conversation: its prompt starts with this call's prompt, then this call's reply as the
   assistant turn (its text and exactly its tool calls: ids, names and arguments as recorded),
-  then a `role: "tool"` result for one of them. A tool-calling
+  then `role: "tool"` results for them, each the very result the broker returned when the
+  harness ran that call with `env.tools.NAME(**arguments)` (the text, or its JSON), and the
+  proven call sampled as this one was (the same parameters but the length cap, the same
+  tools). A tool-calling
   loop's answer comes from its last turn, but the turns that asked for the data are the
   agent's work; followed back along the chain (a call proven this way proves the calls its own
   prompt continues).
@@ -37,7 +40,10 @@ punctuation dropped; an empty answer has no provenance):
   a/an/the left out (the SQuAD normalization the QA grader uses): "eiffel tower" in "The
   Eiffel-Tower".
 
-Limits: a short answer (a small integer, "yes") can appear by chance in a completion that did
+Limits: a tool turn whose call the harness answers from its own Python, under another tool
+name, or with the result reformatted, is not proven (a false drop); a user tool that echoes
+what the harness passes it lets a harness write the "result" itself. A short answer (a small
+integer, "yes") can appear by chance in a completion that did
 not compute it, and such a run is kept. An answer the harness computed and then put in the
 model's prompt ("explain why the answer is 42", "repeat: 42") is kept when the model says it
 back: the rule cannot tell that from a passage the model reads its answer from (retrieval QA,
@@ -55,6 +61,7 @@ task.
 from __future__ import annotations
 
 import ast
+import json
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -197,44 +204,93 @@ def answer_provenance(traj: Trajectory) -> Provenance:
 def _tool_turns(traj: Trajectory, proven: set[int]) -> set[int]:
     """The calls with tool calls whose conversation a proven call continues (module docstring),
     found from the last proven call back, so a chain of tool turns is followed whole."""
-    calls = traj.model_calls()
+    calls: list[dict[str, Any]] = []  # the model events, each with the tool events after it
+    for e in traj.events:
+        if e.get("kind") == "model":
+            calls.append({**e, "_after": []})
+        elif e.get("kind") == "tool" and calls:
+            calls[-1]["_after"].append(e)
     found: set[int] = set()
     todo = sorted(proven, reverse=True)
     while todo:
         j = todo.pop(0)
         for i in range(j):
-            if i not in proven and i not in found and calls[i].tool_calls \
-                    and _continues(calls[j].messages, calls[i]):  # fmt: skip
+            if i not in proven and i not in found and _continues(calls, i, j):
                 found.add(i)
                 todo.append(i)
         todo.sort(reverse=True)
     return found
 
 
-def _continues(messages: list[Any], turn: Any) -> bool:
-    """Whether `messages` (a later call's prompt: the harness's data, any shape) carry on the
-    conversation of the call `turn`: its prompt, then its reply as the assistant message
-    (`reply.message`: its text and exactly its tool calls), then a `tool` result for one of
-    them. A turn spliced into another conversation, or replayed with other words, is not."""
-    n = len(turn.messages)
-    if len(messages) < n + 2 or messages[:n] != turn.messages:
+def _continues(calls: list[dict[str, Any]], i: int, j: int) -> bool:
+    """Whether call j's prompt carries on call i's tool turn (module docstring): i's prompt,
+    then i's reply as the assistant message (its text, exactly its tool calls), then only
+    results the broker returned for those very calls; j sampled as i was. Every record is
+    data that may have any shape (a harness's messages; a trajectory read back from disk)."""
+    turn, later = calls[i], calls[j]
+    own = turn.get("tool_calls")
+    prompt, messages = turn.get("messages"), later.get("messages")
+    if not own or not isinstance(own, list) or not isinstance(prompt, list) \
+            or not isinstance(messages, list) or _sampling(turn) != _sampling(later):  # fmt: skip
+        return False
+    n = len(prompt)
+    if len(messages) < n + 2 or messages[:n] != prompt:
         return False
     said = messages[n]
     if not isinstance(said, dict) or said.get("role") != "assistant" \
-            or said.get("content") != turn.text:  # fmt: skip
+            or said.get("content") != turn.get("text"):  # fmt: skip
         return False
-    own = [(t["id"], t["name"], t["arguments"]) for t in turn.tool_calls]
     replayed = said.get("tool_calls")
     if not isinstance(replayed, list) or len(replayed) != len(own):
         return False
+    wanted: dict[str, list[str]] = {}  # call id -> the texts a brokered result of it renders as
+    served = [e for k in range(i, j) for e in calls[k]["_after"]]
     for t, o in zip(replayed, own, strict=True):
-        f = t.get("function") if isinstance(t, dict) else None
-        if not isinstance(f, dict) or (t.get("id"), f.get("name"), f.get("arguments")) != o:
+        if not isinstance(o, dict) or not all(isinstance(o.get(k), str) for k in _CALL_KEYS):
             return False
-    ids = {o[0] for o in own}
-    return any(isinstance(m, dict) and m.get("role") == "tool"
-               and isinstance(m.get("tool_call_id"), str) and m["tool_call_id"] in ids
-               for m in messages[n + 1:])  # fmt: skip
+        f = t.get("function") if isinstance(t, dict) else None
+        if not isinstance(f, dict) or (t.get("id"), f.get("name"), f.get("arguments")) \
+                != tuple(o[k] for k in _CALL_KEYS):  # fmt: skip
+            return False
+        wanted[o["id"]] = [r for e in served if _serves(e, o) for r in _renderings(e["result"])]
+    answers = [m for m in messages[n + 1:]
+               if isinstance(m, dict) and m.get("role") == "tool"
+               and m.get("tool_call_id") in wanted]  # fmt: skip
+    # every result shown for this turn's calls is one the broker returned for that call: a
+    # harness cannot write "the answer is 42" as a tool result and get the turn trained on
+    return bool(answers) and all(m.get("content") in wanted[m["tool_call_id"]] for m in answers)
+
+
+_CALL_KEYS = ("id", "name", "arguments")
+
+
+def _sampling(call: dict[str, Any]) -> Any:
+    """What must match along a chain: the sampling (less the length cap) and the tools."""
+    params = call.get("params")
+    params = {k: v for k, v in params.items() if k != "max_tokens"} if isinstance(params, dict) \
+        else params  # fmt: skip
+    return params, call.get("tools")
+
+
+def _serves(event: dict[str, Any], call: dict[str, str]) -> bool:
+    """A brokered tool event that ran the model's call: its name, its arguments, no error."""
+    try:
+        args = json.loads(call["arguments"])
+    except (ValueError, RecursionError):
+        return False
+    return event.get("name") == call["name"] and event.get("error") is None \
+        and event.get("args") == args  # fmt: skip
+
+
+def _renderings(result: Any) -> list[str]:
+    """The texts a harness sends a tool's result back as: the text itself, or its JSON."""
+    out = [result] if isinstance(result, str) else []
+    try:
+        out += [json.dumps(result), json.dumps(result, ensure_ascii=False),
+                json.dumps(result, separators=(",", ":"), ensure_ascii=False)]
+    except (TypeError, ValueError, RecursionError):
+        pass
+    return out
 
 
 def _is_work(block: str) -> bool:

@@ -29,6 +29,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+from whale.harness.streams import MAX_DEPTH
 from whale.harness.tools.config import ToolsConfig
 from whale.harness.tools.frames import encode, read_frame, write_all
 from whale.harness.tools.mcp import CallError, McpClients, StartError, kill_children
@@ -80,6 +81,9 @@ class _Tools:
             write_all(self.wfd, data)
 
     def ok(self, i: int, result: Any) -> None:
+        if _deeper_than(result, MAX_DEPTH):  # the broker's records and replies stop there too
+            self.error(i, f"the tool returned data nested deeper than {MAX_DEPTH} levels")
+            return
         try:
             text = json.dumps(result, separators=(",", ":"), allow_nan=False)
         except (TypeError, ValueError) as e:
@@ -143,6 +147,19 @@ class _Tools:
                 self.ok(i, result)
             except Exception as e:  # noqa: BLE001 - every request gets its one reply
                 self.error(i, f"the tool's result could not be sent ({type(e).__name__})")
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether `value` nests lists, tuples or dicts deeper than `limit` (without recursion, and
+    ending on data that holds itself)."""
+    stack = [(value, 0)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, dict | list | tuple):
+            if depth >= limit:
+                return True
+            stack.extend((c, depth + 1) for c in (v.values() if isinstance(v, dict) else v))
+    return False
 
 
 def _read(rfd: int, tools: _Tools) -> None:
