@@ -265,3 +265,10 @@ def test_a_bare_call_is_text_without_tools_or_when_cut(serve):
     assert model.chat(ASK, Sampling()).tool_calls is None
     _, cut = serve(completion({"role": "assistant", "content": BARE}, "length"))
     assert cut.chat(ASK, Sampling(tools=TOOLS_JSON)).tool_calls is None
+
+
+def test_a_bare_call_is_text_when_the_call_asked_for_no_tool(serve):
+    """tool_choice="none": the harness asked for an answer, whatever the reply looks like."""
+    _, model = serve(completion({"role": "assistant", "content": BARE}))
+    c = model.chat(ASK, Sampling(tools=TOOLS_JSON, tool_choice="none"))
+    assert c.tool_calls is None and c.text == BARE and c.finish_reason == "stop"

@@ -174,7 +174,8 @@ class OpenAICompatible:
         calls = _tool_calls(getattr(choice.message, "tool_calls", None))
         text, finish = choice.message.content or "", choice.finish_reason or "stop"
         raw = None
-        if sampling.tools is not None and not calls and finish == "stop":
+        if sampling.tools is not None and sampling.tool_choice != "none" and not calls \
+                and finish == "stop":  # fmt: skip
             # The model ended its turn after writing a call the server did not read (see
             # base.text_call): the call, and what it wrote kept for training.
             read = text_call(text, sampling.tools)
