@@ -26,6 +26,7 @@ import dataclasses
 import hashlib
 import marshal
 import os
+import secrets
 import selectors
 import time
 from collections.abc import Callable
@@ -36,6 +37,7 @@ from whale.harness.budget import Budget, Limits, PythonToolLimits
 from whale.harness.calls import (
     BadCall,
     Ending,
+    ModelFailed,
     Refused,
     Rejected,
     check_llm_args,
@@ -184,6 +186,7 @@ class _Run:
                 "question": self.question,
                 "tools": tools + self.gate.names(),
                 "tool_params": self.gate.params(),
+                "endpoint": self._endpoint(),
             }
             self._send(w.tx, {**init, "budget": self.left()})
             end = self._serve(w.jailed, w.rx, w.tx)
@@ -202,6 +205,17 @@ class _Run:
         t.status, t.error, t.answer, t.failure = end.status, end.error, end.answer, end.failure
         self.traj.wall_s = time.monotonic() - t0
         return self.traj
+
+    def _endpoint(self) -> dict[str, Any] | None:
+        """What the worker needs to serve the run's OpenAI-compatible endpoint (endpoint.py):
+        a fresh key, the model's name, and the largest request body, kept so that its `llm`
+        frame (JSON with every non-ASCII character escaped as 6 bytes) stays under the
+        frame limit. None without a model."""
+        model = self.rt.model
+        if model is None:
+            return None
+        return {"key": "whale-" + secrets.token_urlsafe(18), "model": str(model.name),
+                "body_bytes": self.rt.limits.message_bytes // 6}  # fmt: skip
 
     def _serve(self, jailed: Jailed, rx: int, tx: int) -> Ending:
         proc = jailed.proc
@@ -316,9 +330,11 @@ class _Run:
             }
         except Rejected as e:
             self._record_rejected(str(op), str(e)[:ERROR_CHARS])
-            return {"ok": False, "error": str(e)[:ERROR_CHARS], "budget": self.left()}
+            return {"ok": False, "error": str(e)[:ERROR_CHARS], "budget": self.left(),
+                    "kind": "invalid"}  # fmt: skip
         except BadCall as e:
-            return {"ok": False, "error": str(e)[:ERROR_CHARS], "budget": self.left()}
+            return {"ok": False, "error": str(e)[:ERROR_CHARS], "budget": self.left(),
+                    "kind": getattr(e, "kind", "invalid")}  # fmt: skip
         return {"ok": True, "result": result, "budget": self.left()}
 
     def _record_rejected(self, op: str, reason: str) -> None:
@@ -364,10 +380,10 @@ class _Run:
         except ModelTimeout as e:
             self._record_failed_call(messages, sampling, t, e)
             self._remaining_s()  # the run's own clock ran out: status timeout
-            raise BadCall(f"model call timed out after {timeout:.1f} s") from None
+            raise ModelFailed(f"model call timed out after {timeout:.1f} s", "timeout") from None
         except ModelError as e:
             self._record_failed_call(messages, sampling, t, e)
-            raise BadCall(f"model error: {e}") from None
+            raise ModelFailed(f"model error: {e}") from None
         self.used["tokens"] += int(c.usage.get("completion_tokens", 0))
         calls = reply_calls(c, self.used["model_calls"] - 1)
         self.traj.add_model_call(

@@ -20,6 +20,14 @@ class BadCall(Exception):
     """The harness asked for something invalid: an error reply, the run goes on."""
 
 
+class ModelFailed(BadCall):
+    """The model backend failed or timed out (`kind` "model" / "timeout"): an error reply."""
+
+    def __init__(self, message: str, kind: str = "model") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
 class Rejected(BadCall):
     """The request is out of range (a sampling value, a prompt that cannot fit): it is refused
     before anything is sent, with an error reply, and recorded on the trajectory as a
@@ -270,8 +278,12 @@ def llm_result(c: Completion, calls: list[dict[str, str]]) -> dict[str, Any]:
                                   "function": {"name": t["name"], "arguments": t["arguments"]}}
                                  for t in calls]  # fmt: skip
     parsed = [{**t, "arguments": _json_object(t["arguments"])} for t in calls]
+    usage = {k: int(v) for k, v in c.usage.items() if isinstance(v, int) and k in _USAGE}
     return {"text": c.text, "finish_reason": c.finish_reason, "tool_calls": parsed,
-            "message": message}  # fmt: skip
+            "message": message, "usage": usage}  # fmt: skip
+
+
+_USAGE = ("prompt_tokens", "completion_tokens", "total_tokens")
 
 
 def record_params(sampling: Sampling) -> dict[str, Any]:

@@ -12,6 +12,7 @@ no import: `json` pulls in `re`, which slows every run's start-up; docs/measurem
 from __future__ import annotations
 
 import _json
+import _thread
 import marshal
 import os
 import struct
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
     from typing import Any
 
 HEADER = struct.Struct(">I")
+# One request and its reply at a time on the run's pipe: the endpoint's threads share it.
+_PIPE = _thread.allocate_lock()
 
 
 def dumps(obj: Any) -> str:
@@ -81,7 +84,12 @@ class BudgetExceeded(BaseException):
 
 
 class ToolError(Exception):
-    """A brokered call failed (model error, timeout, bad arguments)."""
+    """A brokered call failed (model error, timeout, bad arguments). `kind`: what the broker
+    said went wrong ("invalid", "model", "timeout"), "" where it did not say."""
+
+    def __init__(self, message: str, kind: str = "") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 class Reply(str):
@@ -158,14 +166,15 @@ class _Link:
         self.budget = Budget({})
 
     def call(self, op: str, **args: Any) -> Any:
-        send(self.wfd, {"op": op, "args": args})
-        reply = recv(self.rfd)
+        with _PIPE:
+            send(self.wfd, {"op": op, "args": args})
+            reply = recv(self.rfd)
         self.budget = Budget(reply.get("budget", {}))
         if reply.get("ok"):
             return reply["result"]
         if reply.get("budget_exceeded"):
             raise BudgetExceeded(reply["error"])
-        raise ToolError(reply["error"])
+        raise ToolError(reply["error"], str(reply.get("kind") or ""))
 
 
 class _Tool:
@@ -237,9 +246,13 @@ class Tools:
 
 class Env:
     def __init__(self, link: _Link, tools: list[str],
-                 params: dict[str, list[str]] | None = None) -> None:  # fmt: skip
+                 params: dict[str, list[str]] | None = None,
+                 openai_base_url: str | None = None) -> None:  # fmt: skip
         self._link = link
         self.tools = Tools(link, tools, params)
+        # The run's OpenAI-compatible endpoint (endpoint.py), as in $OPENAI_BASE_URL; None
+        # where the jail has no loopback to serve it on.
+        self.openai_base_url = openai_base_url
 
     @property
     def budget(self) -> Budget:
@@ -284,11 +297,54 @@ def _load(source: str) -> Any:
     return run
 
 
+def _endpoint_code(path: str) -> dict[str, Any] | None:
+    """endpoint.py's namespace, from its compiled file (the jail has no whale to import), and
+    its socket listening: made before the run's question comes, so that a warm worker pays
+    for it ahead of need. None where either cannot be had."""
+    try:
+        with open(path, "rb") as f:
+            code = marshal.loads(f.read()[16:])  # past the .pyc header
+        namespace: dict[str, Any] = {"__name__": "whale_endpoint"}
+        exec(code, namespace)
+    except Exception:  # noqa: BLE001 - the run goes on without an endpoint
+        return None
+    sock = namespace["listen"]()
+    if sock is None:
+        return None
+    namespace["sock"] = sock
+    return namespace
+
+
+def _start_endpoint(ns: dict[str, Any], link: _Link, spec: dict[str, Any]) -> str:
+    """Serve the endpoint on its thread; its base URL, also put in the run's environment."""
+
+    def call(args: dict[str, Any]) -> Any:
+        try:
+            return link.call("llm", **args)
+        except BudgetExceeded as e:
+            raise ns["Refusal"]("budget", str(e)) from None
+        except ToolError as e:
+            raise ns["Refusal"](e.kind or "invalid", str(e)) from None
+
+    endpoint = ns["Endpoint"](ns["sock"], call, spec["key"], spec["model"], spec["body_bytes"])
+    endpoint.start()
+    url = f"http://127.0.0.1:{ns['sock'].getsockname()[1]}/v1"
+    os.environ["OPENAI_BASE_URL"] = url
+    os.environ["OPENAI_API_KEY"] = spec["key"]
+    return url
+
+
 def main() -> None:
     rfd, wfd = int(sys.argv[1]), int(sys.argv[2])
+    endpoint = _endpoint_code(sys.argv[3]) if len(sys.argv) > 3 else None
     init = recv(rfd)
     link = _Link(rfd, wfd)
     link.budget = Budget(init.get("budget", {}))
+    url = None
+    if endpoint is not None and init.get("endpoint"):
+        url = _start_endpoint(endpoint, link, init["endpoint"])
+    elif endpoint is not None:  # no model: the run has no endpoint, and holds no socket
+        endpoint["sock"].close()
     try:
         run = _load(init["source"])
     except BaseException as e:  # noqa: BLE001 - every failure is data
@@ -297,7 +353,8 @@ def main() -> None:
                     "error": f"load: {_describe(e)}"})  # fmt: skip
         return
     try:
-        answer = run(init["question"], Env(link, init.get("tools", []), init.get("tool_params")))
+        env = Env(link, init.get("tools", []), init.get("tool_params"), url)
+        answer = run(init["question"], env)
     except BudgetExceeded as e:
         _done(wfd, {"op": "done", "status": "budget_exceeded", "error": f"harness: {e}"})
         return
@@ -325,6 +382,9 @@ def _done(wfd: int, msg: dict[str, Any]) -> None:
             stream.flush()
         except Exception:  # noqa: BLE001 - a closed or broken stream loses only its tail
             pass
+    # Not inside an endpoint thread's request and reply (two frames must not interleave);
+    # the lock is taken for good: nothing is sent after `done`.
+    _PIPE.acquire()
     send(wfd, msg)
 
 

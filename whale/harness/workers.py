@@ -11,29 +11,41 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import whale.harness.endpoint as endpoint
 import whale.harness.worker as wire
 from whale.harness.budget import Limits
 from whale.harness.sandbox import Jailed, Sandbox, python_executable
 
 WORKER_SOURCE = str(Path(wire.__file__).resolve())
 WORKER_INSIDE = "/whale/worker.pyc"
+# The in-jail OpenAI-compatible endpoint (endpoint.py), loaded by the worker by its path.
+ENDPOINT_SOURCE = str(Path(endpoint.__file__).resolve())
+ENDPOINT_INSIDE = "/whale/endpoint.pyc"
 
 
-@functools.cache
 def worker_file() -> str:
     """worker.py compiled once per version (the jail has no writable __pycache__, and
     compiling it on every start cost time in each run: docs/measurements.md)."""
-    data = Path(WORKER_SOURCE).read_bytes()
+    return _compiled(WORKER_SOURCE, "worker")
+
+
+def endpoint_file() -> str:
+    return _compiled(ENDPOINT_SOURCE, "endpoint")
+
+
+@functools.cache
+def _compiled(source: str, name: str) -> str:
+    data = Path(source).read_bytes()
     digest = hashlib.sha256(data).hexdigest()[:16]
     # In the user's cache, not a shared /tmp where another user could plant a file.
     root = Path(os.environ.get("WHALE_CACHE") or Path.home() / ".cache" / "whale") / "worker"
     root.mkdir(parents=True, exist_ok=True)
     # "-j": compiled with its path inside the jail (tracebacks shown to proposers name
     # /whale/worker.py, not where whale is installed on the host)
-    path = root / f"worker-{sys.version_info[0]}{sys.version_info[1]}-{digest}-j.pyc"
+    path = root / f"{name}-{sys.version_info[0]}{sys.version_info[1]}-{digest}-j.pyc"
     if not path.exists():
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        py_compile.compile(WORKER_SOURCE, cfile=str(tmp), dfile="/whale/worker.py", doraise=True)
+        py_compile.compile(source, cfile=str(tmp), dfile=f"/whale/{name}.py", doraise=True)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     return str(path)
@@ -69,10 +81,11 @@ def spawn_worker(sandbox: Sandbox, limits: Limits) -> Worker:
     os.set_blocking(tx_parent, False)
     try:
         jailed = sandbox.spawn(
-            [python_executable(), "-I", "-S", WORKER_INSIDE, str(rx_child), str(tx_child)],
+            [python_executable(), "-I", "-S", WORKER_INSIDE, str(rx_child), str(tx_child),
+             ENDPOINT_INSIDE],
             limits,
             pass_fds=(rx_child, tx_child),
-            ro_files={worker_file(): WORKER_INSIDE},
+            ro_files={worker_file(): WORKER_INSIDE, endpoint_file(): ENDPOINT_INSIDE},
         )
     except BaseException:
         for fd in (rx_parent, tx_parent):
