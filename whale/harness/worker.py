@@ -286,6 +286,10 @@ def _load(source: str) -> Any:
 
 def main() -> None:
     rfd, wfd = int(sys.argv[1]), int(sys.argv[2])
+    if len(sys.argv) > 3:  # runtime.packages: their read-only folder, after the stdlib
+        import site  # only then: a run without packages does not pay for it
+
+        site.addsitedir(sys.argv[3])  # on sys.path, with its .pth files run as site does
     init = recv(rfd)
     link = _Link(rfd, wfd)
     link.budget = Budget(init.get("budget", {}))
