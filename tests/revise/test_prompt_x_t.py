@@ -147,7 +147,7 @@ AGENT_SYSTEM = """You improve a harness: a Python program `run(question, env) ->
 a solver model to answer questions of one task. In the harness, `env.llm(messages, \
 max_tokens=None, temperature=None, stop=None)` calls the solver and returns its reply (a str \
 with `.text`); `env.tools.python(code, timeout=10)` runs Python code in a sandbox and returns \
-what it printed (`.stdout`){retrieve}. The harness may use the standard library only.
+what it printed (`.stdout`){retrieve}. The harness may use {imports}.
 
 Earlier candidates are in an archive you can read; each folder cNNNN/ holds harness.py, \
 meta.json (accuracy on the search questions, parent, hypothesis), outcomes.jsonl (each \

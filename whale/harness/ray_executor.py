@@ -6,7 +6,8 @@ solver's OpenAI-compatible URL), so a rollout on an actor is the same fresh jail
 a local one, its model calls brokered by the actor. Only the trajectory comes back; grading
 and recording stay in the driver (`whale.evaluation`). The driver keeps at most `per_actor`
 rollouts in flight on each actor (the rest wait in the driver, never all N submitted) and
-takes results with `ray.wait` as they finish.
+takes results with `ray.wait` as they finish. The allowed packages (`runtime.packages`) go
+as the folder the driver built: the actors mount it from the same path.
 
 Failures: an actor process that dies (OOM, SIGKILL, a lost node) costs only its in-flight
 rollouts; each is run once more on a replacement actor and its trajectory says `retries=1`;
@@ -48,7 +49,9 @@ Not covered: a connected cluster (not started by whale) is never reaped; what Ra
 with the actors of a SIGKILLed driver was not measured.
 
 A multi-node cluster needs, on every node: the same Python and whale installed (actors
-import whale; nothing is shipped by runtime_env), a jail backend (nsjail or bubblewrap),
+import whale; nothing is shipped by runtime_env), a jail backend (nsjail or bubblewrap), the
+folder of `runtime.packages` at the driver's path (a rollout on a node without it is
+`crashed`, saying so),
 the model server reachable at the URL the driver has (a server listening on 127.0.0.1 is
 reachable only on the driver's node, so actors are then placed on the driver's node; serve
 the model on a routable address for them to spread), the retriever picklable (it is put
@@ -78,6 +81,7 @@ from ray.exceptions import GetTimeoutError, RayActorError, TaskCancelledError
 
 from whale.harness.broker import Retriever, harness_hash
 from whale.harness.budget import Budget, Limits, PythonToolLimits
+from whale.harness.packages import PackageSet
 from whale.harness.ray_support import Reporting, Tally, descendants, start_reaper, take
 from whale.harness.runtime import ExecutorUnavailable, Rollout, Runtime
 from whale.harness.sandbox import Sandbox
@@ -184,6 +188,9 @@ class RuntimeSpec:
     warm: int
     # The prompt bound resolved here: an actor's model is a client that does not know n_ctx.
     prompt_chars: int | None = None
+    # runtime.packages as the driver resolved it: the actors mount the same folder, which
+    # must be at that path on their node (this machine's, for a local cluster).
+    packages: PackageSet | None = None
 
     @classmethod
     def of(cls, rt: Runtime, per_actor: int) -> RuntimeSpec:
@@ -194,14 +201,19 @@ class RuntimeSpec:
             )
         return cls(describe_model(rt.model), rt.budget, rt.limits, rt.python_limits,
                    rt.sandbox, rt.temperature, rt.seed,
-                   2 * per_actor if rt.warm > 0 else 0, rt.prompt_char_limit())  # fmt: skip
+                   2 * per_actor if rt.warm > 0 else 0, rt.prompt_char_limit(),
+                   rt.packages)  # fmt: skip
 
     def build(self) -> Runtime:
+        if self.packages is not None and not os.path.isdir(self.packages.folder):
+            where = self.packages.folder
+            raise ExecutorUnavailable(f"ray: runtime.packages: {where} is not on this node "
+                                      "(build or copy it there, at the same path)")  # fmt: skip
         return Runtime(
             model=None if self.model is None else self.model.build(), budget=self.budget,
             limits=self.limits, python_limits=self.python_limits, sandbox=self.sandbox,
             temperature=self.temperature, seed=self.seed, warm=self.warm,
-            prompt_chars=self.prompt_chars,
+            prompt_chars=self.prompt_chars, packages=self.packages,
         )  # fmt: skip
 
 

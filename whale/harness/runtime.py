@@ -21,6 +21,7 @@ from typing import Any, NamedTuple, Protocol
 from whale.errors import WhaleError
 from whale.harness.broker import Retriever, run_harness
 from whale.harness.budget import Budget, Limits, PythonToolLimits
+from whale.harness.packages import PackageSet
 from whale.harness.pool import WorkerPool
 from whale.harness.sandbox import Sandbox
 from whale.harness.streams import python_tool
@@ -95,6 +96,9 @@ class Runtime:
     # The user's tools (whale.harness.tools): served by one tools process outside the jail,
     # started on first need, ended by close().
     tools: ToolsConfig = field(default_factory=ToolsConfig)
+    # The packages a harness may import beside the standard library (runtime.packages,
+    # resolved by whale.harness.packages): mounted read-only in every worker; None: none.
+    packages: PackageSet | None = None
     _on_cancel: list[Callable[[], None]] = field(
         default_factory=list, init=False, repr=False, compare=False
     )
@@ -112,11 +116,15 @@ class Runtime:
         self._wake = (r, w)
         weakref.finalize(self, _close_fds, r, w)
 
+    def _spawn(self) -> Worker:
+        folder = None if self.packages is None else self.packages.folder
+        return spawn_worker(self.sandbox, self.limits, folder)
+
     def _take_worker(self) -> Worker:
         if self.warm <= 0:
-            return spawn_worker(self.sandbox, self.limits)
+            return self._spawn()
         if self._pool is None:
-            self._pool = WorkerPool(lambda: spawn_worker(self.sandbox, self.limits), self.warm,
+            self._pool = WorkerPool(self._spawn, self.warm,
                                     fillers=min(4, os.cpu_count() or 1))  # fmt: skip
             atexit.register(self._pool.close)
         pool = self._pool
@@ -176,6 +184,11 @@ class Runtime:
                 pass
 
         return remove
+
+    def package_names(self) -> tuple[str, ...]:
+        """The packages a harness may import beside the standard library, as a proposer is
+        told them; () without runtime.packages."""
+        return () if self.packages is None else self.packages.names
 
     def prompt_char_limit(self) -> int | None:
         """The bound `_llm` applies to a call's message text (None: none)."""

@@ -9,6 +9,7 @@ from typing import Any
 from whale.config import ConfigError, FieldError, above, at_least, part
 from whale.harness.budget import Budget, Limits, PythonToolLimits
 from whale.harness.executor import ExecutorConfig, make_executor
+from whale.harness.packages import check_packages, resolve_packages
 from whale.harness.runtime import Runtime
 from whale.harness.sandbox import Sandbox, SandboxKind
 from whale.harness.tools.config import parse_tools
@@ -41,6 +42,10 @@ class RuntimeConfig:
     # `mcp.SERVER = { command = [...] }` (whale.harness.tools.config). Part of the outcome
     # fingerprint and fixed on resume: tools change what runs produce.
     tools: dict[str, Any] = field(default_factory=dict)
+    # Third-party packages a harness may import (whale.harness.packages): a list of
+    # requirements, installed once into a cached folder, or a virtual environment's path;
+    # empty: the standard library only. Part of the outcome fingerprint and fixed on resume.
+    packages: list[str] | str = field(default_factory=list)
 
     def validate(self) -> None:
         """Ranges, checked by `whale.config.build` (which has checked the types)."""
@@ -65,6 +70,7 @@ class RuntimeConfig:
         with part("executor"):
             self.executor.validate()
         parse_tools(self.tools, callables=False)
+        check_packages(self.packages)
         if self.tools and self.executor.kind == "ray":
             raise FieldError("tools", RAY_REFUSAL)
 
@@ -72,7 +78,8 @@ class RuntimeConfig:
 def make_runtime(cfg: RuntimeConfig, model: ChatModel | None, workers: int = 1) -> Runtime:
     """The Runtime `cfg` describes, with its executor attached (`Runtime.close()` closes it).
     ExecutorUnavailable (e.g. kind "ray" without Ray installed) is raised here, before any
-    run starts."""
+    run starts, and so is a ConfigError for `packages` (whose folder is built or checked
+    here: whale.harness.packages)."""
     if cfg.sandbox not in ("auto", "nsjail", "bwrap", "unsafe"):
         raise ValueError(f"unknown sandbox {cfg.sandbox!r} (auto, nsjail, bwrap, unsafe)")
     try:
@@ -81,6 +88,7 @@ def make_runtime(cfg: RuntimeConfig, model: ChatModel | None, workers: int = 1) 
         raise ConfigError(f"runtime.{e}", f"runtime.{e.field}") from None
     if tools and cfg.executor.kind == "ray":
         raise ConfigError(f"runtime.tools: {RAY_REFUSAL}", "runtime.tools")
+    packages = resolve_packages(cfg.packages)  # built here, once, before any run starts
     rt = Runtime(
         model=model,
         budget=cfg.budget,
@@ -92,6 +100,7 @@ def make_runtime(cfg: RuntimeConfig, model: ChatModel | None, workers: int = 1) 
         warm=2 * workers if cfg.warm < 0 else cfg.warm,
         executor=make_executor(cfg.executor),
         tools=tools,
+        packages=packages,
     )
     if tools:  # start the tools process now: a tool that does not import fails before any run
         try:

@@ -336,6 +336,10 @@ def _start_endpoint(ns: dict[str, Any], link: _Link, spec: dict[str, Any]) -> st
 
 def main() -> None:
     rfd, wfd = int(sys.argv[1]), int(sys.argv[2])
+    if len(sys.argv) > 4:  # runtime.packages: their read-only folder, after the stdlib
+        import site  # only then: a run without packages does not pay for it
+
+        site.addsitedir(sys.argv[4])  # on sys.path, with its .pth files run as site does
     endpoint = _endpoint_code(sys.argv[3]) if len(sys.argv) > 3 else None
     init = recv(rfd)
     link = _Link(rfd, wfd)

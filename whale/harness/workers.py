@@ -14,6 +14,7 @@ from pathlib import Path
 import whale.harness.endpoint as endpoint
 import whale.harness.worker as wire
 from whale.harness.budget import Limits
+from whale.harness.packages import PACKAGES_INSIDE
 from whale.harness.sandbox import Jailed, Sandbox, python_executable
 
 WORKER_SOURCE = str(Path(wire.__file__).resolve())
@@ -74,18 +75,24 @@ class Worker:
                 stream.close()
 
 
-def spawn_worker(sandbox: Sandbox, limits: Limits) -> Worker:
+def spawn_worker(sandbox: Sandbox, limits: Limits, packages: str | None = None) -> Worker:
+    """`packages`: the host folder of the allowed packages (runtime.packages), mounted
+    read-only at PACKAGES_INSIDE and named to the worker, which puts it on sys.path."""
+    argv = [python_executable(), "-I", "-S", WORKER_INSIDE]
+    ro_files = {worker_file(): WORKER_INSIDE, endpoint_file(): ENDPOINT_INSIDE}
+    if packages is not None:
+        ro_files[packages] = PACKAGES_INSIDE
     rx_parent, tx_child = os.pipe()  # child -> parent
     rx_child, tx_parent = os.pipe()  # parent -> child
     # The parent never blocks on a harness that stops reading: see streams.write_frame.
     os.set_blocking(tx_parent, False)
     try:
         jailed = sandbox.spawn(
-            [python_executable(), "-I", "-S", WORKER_INSIDE, str(rx_child), str(tx_child),
-             ENDPOINT_INSIDE],
+            [*argv, str(rx_child), str(tx_child), ENDPOINT_INSIDE,
+             *([PACKAGES_INSIDE] if packages else [])],  # fmt: skip
             limits,
             pass_fds=(rx_child, tx_child),
-            ro_files={worker_file(): WORKER_INSIDE, endpoint_file(): ENDPOINT_INSIDE},
+            ro_files=ro_files,
         )
     except BaseException:
         for fd in (rx_parent, tx_parent):

@@ -182,7 +182,7 @@ SYSTEM = """You improve a harness: a Python program `run(question, env) -> str` 
 solver model to answer questions of one task. In the harness, `env.llm(messages, \
 max_tokens=None, temperature=None, stop=None)` calls the solver and returns its reply (a str \
 with `.text`); `env.tools.python(code, timeout=10)` runs Python code in a sandbox and returns \
-what it printed (`.stdout`){retrieve}. The harness may use the standard library only.
+what it printed (`.stdout`){retrieve}. The harness may use {imports}.
 
 Earlier candidates are in an archive you can read; each folder cNNNN/ holds harness.py, \
 meta.json (accuracy on the search questions, parent, hypothesis), outcomes.jsonl (each \
@@ -272,13 +272,24 @@ PENDING = ("error: whale stopped while this call was running (a crash or a kill)
            "run again")
 
 
+def imports(packages: Sequence[str]) -> str:
+    """What the system prompt says a harness may import."""
+    if not packages:
+        return "the standard library only"
+    return f"the standard library and these packages only: {', '.join(packages)}"
+
+
 class ProposerAgent:
     def __init__(self, model: ChatModel, tools: ArchiveTools, cfg: AgentConfig = AgentConfig(),
-                 retrieval: bool = False, user_tools: Sequence[ToolSpec] = ()) -> None:  # fmt: skip
+                 retrieval: bool = False, user_tools: Sequence[ToolSpec] = (),
+                 packages: Sequence[str] = ()) -> None:  # fmt: skip
         self.model, self.tools, self.cfg, self.retrieval = model, tools, cfg, retrieval
         # The user's tools (runtime.tools): the `task` tool lists them after the description,
         # in the proposer's words (ToolSpec.describe); the system prompt is left as it is.
         self.user_tools = tuple(user_tools)
+        # The allowed packages (runtime.packages, `Runtime.package_names()`): named where the
+        # system prompt says what a harness may import; without them it is as it was.
+        self.packages = tuple(packages)
 
     def task_text(self, reply: str) -> str:
         """What the `task` tool answers: the description, then the user's tools if any."""
@@ -320,6 +331,7 @@ class ProposerAgent:
         protocol = "Call exactly one tool per reply." if functions else PROTOCOL_HELP
         system = (SYSTEM.replace("{protocol}", protocol)
                   .replace("{steps}", str(self.cfg.max_steps)).replace("{retrieve}", retrieve)
+                  .replace("{imports}", imports(self.packages))
                   .replace("{example}", EXAMPLES[self.cfg.example]))
         s.messages = [{"role": "system", "content": system},
                       {"role": "user", "content": brief}]  # fmt: skip

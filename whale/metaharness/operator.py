@@ -66,7 +66,8 @@ class SearchOperator:
         tools = ArchiveTools(self.archive, task.description, self.agent_cfg.tool_chars)
         agent = ProposerAgent(self.proposer, tools, self.agent_cfg,
                               retrieval=task.retriever is not None,
-                              user_tools=solver.tool_specs())  # fmt: skip
+                              user_tools=solver.tool_specs(),
+                              packages=solver.package_names())  # fmt: skip
         before = self.store.used
         cfg = replace(
             self.settings,

@@ -124,7 +124,8 @@ def run_search(
             )  # fmt: skip
             agent = ProposerAgent(proposer_model, tools, cfg.agent,
                                   retrieval=task_obj.retriever is not None,
-                                  user_tools=runtime.tool_specs())  # fmt: skip
+                                  user_tools=runtime.tool_specs(),
+                                  packages=runtime.package_names())  # fmt: skip
             result = search(task_obj, source, search_set, runtime, agent, store, archive,
                             settings, say)  # fmt: skip
             if not result.accepted_id:  # validate() keeps max_rollouts >= dev

@@ -164,6 +164,7 @@ def revise(
             report,
             runtime.budget,
             task_tools(task, runtime),
+            runtime.package_names(),
         )
         rd.write_text("report.md", report)
         rd.write_text("prompt.txt", prompt)

@@ -12,8 +12,9 @@ a worked interpreter-loop edit; no command defaults to it. The API section
 python always, retrieve when the task has a retriever) and the budget numbers, so that a QA
 harness's proposer learns of `env.tools.retrieve` and an RG one is not told of a tool it lacks.
 The user's own tools (`runtime.tools`: callables and MCP servers) are listed too, each from
-its signature and first docstring paragraph with its budget (`ToolSpec.describe`); without
-them the section is word for word what it was. A custom template without `{api}` gets no API
+its signature and first docstring paragraph with its budget (`ToolSpec.describe`), and the
+allowed packages (`runtime.packages`) by name, in one line; without them the section is word
+for word what it was. A custom template without `{api}` gets no API
 section.
 """
 
@@ -87,8 +88,9 @@ def task_tools(task: Any, runtime: Any = None) -> tuple[Tool, ...]:
     return own + tuple(specs)
 
 
-def api_section(tools: Sequence[Tool], budget: Budget) -> str:
-    """The `env` API a harness of a task with `tools` may use, with its budget per question."""
+def api_section(tools: Sequence[Tool], budget: Budget, packages: Sequence[str] = ()) -> str:
+    """The `env` API a harness of a task with `tools` may use, with its budget per question,
+    and the packages it may import beside the standard library (`Runtime.package_names()`)."""
     retrieve = "retrieve" in tools
     user = [t for t in tools if isinstance(t, ToolSpec)]
     lines = [
@@ -120,6 +122,9 @@ def api_section(tools: Sequence[Tool], budget: Budget) -> str:
         f"Nothing else exists on `env`. Budget per question: {', '.join(spend)}; a call past "
         "the budget ends the run."
     )
+    if packages:
+        lines.append("Packages the harness may import beside the standard library: "
+                     f"{', '.join(packages)}.")  # fmt: skip
     return "\n".join(lines)
 
 
@@ -130,10 +135,11 @@ def render(
     report: str,
     budget: Budget,
     tools: Sequence[Tool] = ("python",),
+    packages: Sequence[str] = (),
 ) -> str:
     # str.replace, not str.format: harness sources are full of braces. The API goes in first,
     # so that a harness or report that happens to contain "{api}" is left alone.
-    template = template.replace("{api}", api_section(tools, budget))
+    template = template.replace("{api}", api_section(tools, budget, packages))
     values = {
         "{description}": description,
         "{source}": source.rstrip(),
@@ -168,9 +174,11 @@ class Proposer:
         report: str,
         budget: Budget,
         tools: Sequence[Tool] = ("python",),
+        packages: Sequence[str] = (),
     ) -> str:
-        """`tools`: what a run of the task gets (`task_tools(task, runtime)`)."""
-        return render(self.template, description, source, report, budget, tools)
+        """`tools`: what a run of the task gets (`task_tools(task, runtime)`); `packages`:
+        what it may import beside the standard library (`runtime.package_names()`)."""
+        return render(self.template, description, source, report, budget, tools, packages)
 
     def uses_grammar(self) -> bool:
         if self.cfg.grammar == "auto":

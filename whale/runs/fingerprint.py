@@ -19,15 +19,18 @@ from whale.tasks import TaskConfig
 def outcome_fingerprint(task: TaskConfig, solver: ModelConfig, runtime: RuntimeConfig) -> str:
     """What, besides the harness and the question id, produced an outcome: the task (id,
     size, seed, config), the solver's identity (name, base_url, n_ctx, timeout_s) and the
-    runtime (sandbox, budget, limits, python tool, temperature, seed, the user's tools as
-    configured; not `warm`, not the executor). Numbers are compared as floats (600 and 600.0
-    are one value). Not covered: a server that swaps the weights behind one model name; the
-    code of a user's tool (its config names it, as a task's config names its data file)."""
+    runtime (sandbox, budget, limits, python tool, temperature, seed, the user's tools and
+    the allowed packages as configured; not `warm`, not the executor). Numbers are compared as
+    floats (600 and 600.0 are one value). Not covered: a server that swaps the weights behind
+    one model name; the code of a user's tool (its config names it, as a task's config names
+    its data file); what a venv named by `packages` holds, and which release of a requirement
+    its first build installed (whale.harness.packages)."""
     rt = asdict(runtime)
     rt.pop("warm", None)
     rt.pop("executor", None)  # where rollouts run does not change what they produce
-    if not rt.get("tools"):
-        rt.pop("tools", None)  # no user tools: the fingerprint of ledgers from before them
+    for optional in ("tools", "packages"):  # none: the fingerprint of ledgers from before them
+        if not rt.get(optional):
+            rt.pop(optional, None)
     s = solver
     t = asdict(task)
     if t.get("variant") == "canonical":

@@ -336,9 +336,8 @@ def make_context(family: Family, runtime: Runtime, parent: str, q_fb: Sequence[Q
     store, task = family.store, family.task
     fb = store.evaluate(runtime, parent, task, q_fb, "feedback", workers)
     report = build_report(task, q_fb, fb.outcomes, fb.trajectories, report_cfg)
-    prompt = render(
-        template, task.description, parent, report, runtime.budget, task_tools(task, runtime)
-    )
+    prompt = render(template, task.description, parent, report, runtime.budget,
+                    task_tools(task, runtime), runtime.package_names())  # fmt: skip
     parent_eval = store.evaluate(runtime, parent, task, family.scoring, "score", workers)
     h = store.save_harness(parent)
     return RevisionContext(
