@@ -25,6 +25,8 @@ from whale.train.proposer.contexts import ContextSettings
 DESCRIPTION = "<<DESCRIPTION SENTINEL>>"
 SOURCE = "def run(question, env):\n    return '<<SOURCE SENTINEL>>'"
 REPORT = "<<REPORT SENTINEL>>"
+BUNDLE = ("# === whale file: harness.py ===\nimport util\n\ndef run(question, env):\n"
+          "    return util.F\n# === whale file: util.py ===\nF = '<<SOURCE SENTINEL>>'\n")  # fmt: skip
 
 # Every line the default template adds around the four inserted parts, as the paper's x_t has
 # them. A line added to the template (a hint, an example) makes this test fail.
@@ -69,10 +71,12 @@ def test_the_default_prompt_holds_only_x_t_the_api_and_the_format(tools):
     assert [line for line in text.splitlines() if line.strip()] == SKELETON
 
 
-def test_the_default_format_example_holds_no_code():
+@pytest.mark.parametrize("source", [SOURCE, BUNDLE])
+def test_the_default_format_example_holds_no_code(source):
     """Between the markers there are placeholders only: no line a proposer could copy."""
-    text = load_template("default")
-    blocks = re.findall(r"<<<<<<< SEARCH\n(.*?)=======\n(.*?)>>>>>>> REPLACE", text, re.S)
+    text = render(load_template("default"), DESCRIPTION, source, REPORT, Budget()).split(
+        "# How to answer")[1]  # fmt: skip
+    blocks = re.findall(r"<<<<<<< SEARCH[^\n]*\n(.*?)=======\n(.*?)>>>>>>> REPLACE", text, re.S)
     assert blocks
     for block in blocks:
         for line in "".join(block).splitlines():

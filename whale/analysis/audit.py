@@ -77,6 +77,7 @@ from pathlib import Path
 from typing import Any
 
 from whale.analysis import run_files as rf
+from whale.harness.bundle import flat_tree
 from whale.harness.contract import MAX_SOURCE_CHARS, run_contract_fault
 from whale.harness.trajectory import Trajectory
 
@@ -352,7 +353,7 @@ def classify(
     tree = None
     if isinstance(source, str) and len(source) <= MAX_SOURCE_CHARS:
         try:
-            tree = ast.parse(source)
+            tree = flat_tree(source)  # a bundle's files as one module
         except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
             out.evidence.append(f"does not parse: {type(e).__name__}: {e}"[:300])
     if tree is None:

@@ -61,7 +61,10 @@ MAX_TRAJECTORY_BYTES = 64_000_000
 MAX_TRAJECTORIES = 500
 MAX_FILES = 200_000
 MAX_RECORD_BYTES = 64_000_000  # a lineage record (candidates.json, contexts) larger is not read
-_PRUNE = frozenset({"adapters", "dataset", "checkpoints", "adapter", "weight", "__pycache__"})
+# final_harness/: a folder harness written out (whale.runs.ledger.FINAL_FOLDER), a copy of
+# its bundle in harnesses/<hash>.py; its harness.py is one file of it, not a harness.
+_PRUNE = frozenset({"adapters", "dataset", "checkpoints", "adapter", "weight", "__pycache__",
+                    "final_harness"})  # fmt: skip
 _PHASE = re.compile(r"phase_(\d+)")
 _ROUND = re.compile(r"round_(\d+)")
 _CAND = re.compile(r"c(\d+)")

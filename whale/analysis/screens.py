@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from whale.harness import harness_hash
+from whale.harness.bundle import syntax_tree
 from whale.harness.contract import MAX_SOURCE_CHARS
 from whale.records import UnsafeRead, read_untrusted
 from whale.revise.code_screens import DuplicateScreen, _imports, interface_violations
@@ -103,7 +104,7 @@ def _tree(source: str) -> ast.Module | None:
     if not isinstance(source, str) or len(source) > MAX_SOURCE_CHARS:
         return None
     try:
-        return ast.parse(source)
+        return syntax_tree(source)  # a bundle's files as one module, at their bundle lines
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
 

@@ -26,7 +26,7 @@ from whale.cli.common import (
 @app.command("adapt")
 def adapt_cmd(
     task: str = typer.Option(None, "--task", help="task id, e.g. rg:maze"),
-    harness: str = typer.Option(None, "--harness", help="seed harness name or path"),
+    harness: str = typer.Option(None, "--harness", help="seed harness: name, .py file or folder"),
     solver: str = typer.Option(None, "--solver", help="solver model (catalog, .gguf, NAME@URL)"),
     proposer: str = typer.Option(
         None, "--proposer", help="proposer model (catalog, .gguf, NAME@URL, trained folder)"

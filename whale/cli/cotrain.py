@@ -73,7 +73,7 @@ def _go(kind: str, resume: Path | None, flags: Flags, config: Path | None, set_:
 @app.command("cotrain")
 def cotrain_cmd(
     task: str = typer.Option(None, "--task", help="task id, e.g. rg:basic_arithmetic"),
-    harness: str = typer.Option(None, "--harness", help="seed harness name or path"),
+    harness: str = typer.Option(None, "--harness", help="seed harness: name, .py file or folder"),
     solver: str = typer.Option(None, "--solver", help="solver model (catalog, .gguf, NAME@URL)"),
     proposer: str = typer.Option(None, "--proposer", help="harness phase's proposer model"),
     schedule: str = typer.Option(None, "--schedule", help=_SCHEDULE_HELP),
@@ -133,7 +133,7 @@ def cotrain_cmd(
 @app.command("rsft")
 def rsft_cmd(
     task: str = typer.Option(None, "--task", help="task id, e.g. rg:basic_arithmetic"),
-    harness: str = typer.Option(None, "--harness", help="the frozen harness (name or path)"),
+    harness: str = typer.Option(None, "--harness", help="frozen harness: name, file or folder"),
     solver: str = typer.Option(None, "--solver", help="solver model (catalog, .gguf, NAME@URL)"),
     epochs: float = typer.Option(None, "--epochs", help="epochs of the prompt pool"),
     patience: bool = typer.Option(

@@ -27,7 +27,7 @@ from whale.cli.common import (
 @app.command("diagnose")
 def diagnose_cmd(
     task: str = typer.Option(None, "--task", help="task id, e.g. rg:letter_counting or mhqa"),
-    harness: str = typer.Option(None, "--harness", help="seed harness name or path"),
+    harness: str = typer.Option(None, "--harness", help="seed harness: name, .py file or folder"),
     solver: str = typer.Option(None, "--solver", help="solver model (catalog, .gguf, NAME@URL)"),
     proposer: str = typer.Option(None, "--proposer", help="the harness probe's proposer model"),
     rollouts: int = typer.Option(None, "--rollouts", help="training rollouts of EACH probe"),

@@ -18,7 +18,7 @@ from whale.harness import seed_names
 def eval_cmd(
     task: str = typer.Option(None, "--task", help="task id, e.g. rg:basic_arithmetic"),
     harness: str = typer.Option(
-        None, "--harness", help=f"seed name ({', '.join(seed_names())}) or path"
+        None, "--harness", help=f"seed name ({', '.join(seed_names())}), a .py file or a folder"
     ),
     model: str = typer.Option(None, "--model", help="catalog name, .gguf path, or NAME@BASE_URL"),
     base_url: str = typer.Option(None, "--base-url", help="OpenAI-compatible server for --model"),

@@ -28,7 +28,7 @@ from whale.cli.common import (
 @app.command("search")
 def search_cmd(
     task: str = typer.Option(None, "--task", help="task id, e.g. rg:basic_arithmetic"),
-    harness: str = typer.Option(None, "--harness", help="seed harness name or path"),
+    harness: str = typer.Option(None, "--harness", help="seed harness: name, .py file or folder"),
     solver: str = typer.Option(None, "--solver", help="solver model (catalog, .gguf, NAME@URL)"),
     proposer: str = typer.Option(
         None, "--proposer", help="proposer agent's model (also a trained adapter folder)"

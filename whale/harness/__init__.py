@@ -4,6 +4,7 @@ from pathlib import Path
 
 from whale.harness.broker import Retriever, harness_hash
 from whale.harness.budget import Budget, Limits, PythonToolLimits
+from whale.harness.bundle import BundleError, read_folder
 from whale.harness.runtime import Executor, ExecutorUnavailable, Rollout, Runtime
 from whale.harness.sandbox import Sandbox, SandboxUnavailable
 from whale.harness.settings import RuntimeConfig, make_runtime
@@ -23,21 +24,25 @@ def seed_names() -> list[str]:
 
 
 def load_harness(name_or_path: str) -> str:
-    """Source of a seed harness by name, or of a harness file by path."""
+    """Source of a seed harness by name, of a harness file by path, or of a harness folder
+    by path (its files as one bundle: `whale.harness.bundle.read_folder`, BundleError when
+    the folder breaks its rules)."""
     path = SEEDS_DIR / f"{name_or_path}.py"
     if "/" not in name_or_path and path.exists():
         return path.read_text()
     p = Path(name_or_path)
     if p.is_file():
         return p.read_text()
+    if p.is_dir():
+        return read_folder(p)
     raise FileNotFoundError(
-        f"no harness {name_or_path!r}: not a seed ({', '.join(seed_names())}) nor a file"
+        f"no harness {name_or_path!r}: not a seed ({', '.join(seed_names())}), a file nor a folder"
     )
 
 
 __all__ = [
-    "Budget", "Executor", "ExecutorUnavailable", "Failure", "Limits", "PythonToolLimits",
-    "Retriever", "Rollout", "Runtime", "RuntimeConfig", "Sandbox", "SandboxUnavailable",
-    "STATUSES", "TRAJECTORY_VERSION", "Trajectory", "harness_hash", "load_harness",
-    "make_runtime", "read_failure", "seed_names", "SEEDS_DIR",
+    "Budget", "BundleError", "Executor", "ExecutorUnavailable", "Failure", "Limits",
+    "PythonToolLimits", "Retriever", "Rollout", "Runtime", "RuntimeConfig", "Sandbox",
+    "SandboxUnavailable", "STATUSES", "TRAJECTORY_VERSION", "Trajectory", "harness_hash",
+    "load_harness", "make_runtime", "read_folder", "read_failure", "seed_names", "SEEDS_DIR",
 ]  # fmt: skip

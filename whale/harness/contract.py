@@ -15,6 +15,10 @@ Not covered (the check is static): a module that rebinds `run` at run time (`glo
 `exec`, `setattr` on its module). The worker still checks that `run` is callable, and a `run`
 that fails to bind its arguments fails at the call, as a harness `error`.
 
+A harness of several files (a bundle, `whale/harness/bundle.py`) must be a well-formed bundle,
+every file must parse, and its entry file, harness.py, must keep the contract above; its faults
+name the file ("does not parse: util.py: SyntaxError: ...").
+
 Safe on hostile input: a size cap before parsing, RecursionError and MemoryError from the
 parser are verdicts, and the walk over the tree is iterative.
 """
@@ -24,7 +28,9 @@ from __future__ import annotations
 import ast
 import functools
 
-MAX_SOURCE_CHARS = 1_000_000
+from whale.harness.bundle import ENTRY, MAX_CHARS, BundleError, is_bundle, parse
+
+MAX_SOURCE_CHARS = MAX_CHARS
 
 # The verdict for a module with no binding of `run` at all (Apply words it as "drops run").
 NO_RUN = "defines no callable run(question, env)"
@@ -38,20 +44,49 @@ def run_contract_fault(source: str) -> str | None:
         return f"is a {type(source).__name__}, not source text"
     if len(source) > MAX_SOURCE_CHARS:
         return f"is {len(source)} characters long, over the limit of {MAX_SOURCE_CHARS}"
+    if is_bundle(source):
+        return _bundle_fault(source)
     return _fault(source)
+
+
+@functools.lru_cache(maxsize=32)
+def _bundle_fault(source: str) -> str | None:
+    try:
+        files = parse(source)
+    except BundleError as e:
+        return f"is not a valid bundle of files: {e}"
+    for path, text in files.items():
+        if path != ENTRY and (why := _parsed(text)[1]):
+            return f"{_PARSE}{path}: {why}"
+    fault = _fault(files[ENTRY])
+    if fault is None:
+        return None
+    if fault.startswith(_PARSE):
+        return f"{_PARSE}{ENTRY}: {fault[len(_PARSE) :]}"
+    return f"{fault} (in {ENTRY})"
+
+
+_PARSE = "does not parse: "
+
+
+def _parsed(text: str) -> tuple[ast.Module | None, str]:
+    """`text`'s syntax tree, or None and why it does not parse."""
+    try:
+        return ast.parse(text), ""
+    except SyntaxError as e:  # also IndentationError, and NUL bytes on 3.11.7
+        where = f" (line {e.lineno})" if e.lineno else ""
+        return None, f"{type(e).__name__}: {e.msg}{where}"
+    except (RecursionError, MemoryError) as e:
+        return None, f"nested too deeply for the parser ({type(e).__name__})"
+    except ValueError as e:  # NUL bytes on older 3.11 releases
+        return None, str(e)
 
 
 @functools.lru_cache(maxsize=32)  # the broker checks the same harness on every question
 def _fault(source: str) -> str | None:
-    try:
-        tree = ast.parse(source)
-    except SyntaxError as e:  # also IndentationError, and NUL bytes on 3.11.7
-        where = f" (line {e.lineno})" if e.lineno else ""
-        return f"does not parse: {type(e).__name__}: {e.msg}{where}"
-    except (RecursionError, MemoryError) as e:
-        return f"does not parse: nested too deeply for the parser ({type(e).__name__})"
-    except ValueError as e:  # NUL bytes on older 3.11 releases
-        return f"does not parse: {e}"
+    tree, why = _parsed(source)
+    if tree is None:
+        return f"{_PARSE}{why}"
     defs = [
         n
         for n in tree.body

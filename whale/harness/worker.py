@@ -286,6 +286,8 @@ class Env:
 
 
 def _load(source: str) -> Any:
+    if source.startswith(_BUNDLE_HEAD):
+        return _load_bundle(source)
     code = compile(source, "harness.py", "exec")
     namespace: dict[str, Any] = {"__name__": "harness"}
     exec(code, namespace)
@@ -295,6 +297,67 @@ def _load(source: str) -> Any:
     if not callable(run):
         raise TypeError("harness defines no callable run(question, env)")
     return run
+
+
+# whale.harness.bundle.HEAD and TAIL (this file imports nothing of whale; a test keeps them equal)
+_BUNDLE_HEAD, _BUNDLE_TAIL = "# === whale file: ", " ==="
+
+
+def _load_bundle(source: str) -> Any:
+    """A harness of several files (whale/harness/bundle.py; the broker checked its form and
+    its names before this worker started): each file is a module importable by its name,
+    served from memory (nothing is written), and the entry, harness.py, is imported as the
+    module `harness`. Tracebacks name the file ("util.py", line 3) and show its lines."""
+    files: dict[str, list[str]] = {}
+    lines: list[str] = []
+    for line in source.split("\n"):
+        if line.startswith(_BUNDLE_HEAD):
+            lines = files[line[len(_BUNDLE_HEAD) : -len(_BUNDLE_TAIL)]] = []
+        else:
+            lines.append(line)
+    modules: dict[str, tuple[str, str, bool]] = {}  # name -> (file, text, is a package)
+    for path, body in files.items():
+        name = path[:-3].replace("/", ".")
+        package = name.endswith(".__init__")
+        name = name.removesuffix(".__init__")
+        modules[name] = (path, "\n".join(body), package)
+        parent = name.rpartition(".")[0]
+        while parent:  # a folder without __init__.py is a package all the same
+            modules.setdefault(parent, (parent.replace(".", "/") + "/__init__.py", "", True))
+            parent = parent.rpartition(".")[0]
+    sys.meta_path.insert(0, _Files(modules))  # first, as a script's own folder is
+    run = getattr(__import__("harness"), "run", None)
+    if not callable(run):
+        raise TypeError("harness defines no callable run(question, env)")
+    return run
+
+
+class _Files:
+    """The import system's finder and loader for a bundle's modules (no importlib.abc: the
+    protocol is these four methods)."""
+
+    def __init__(self, modules: dict[str, tuple[str, str, bool]]) -> None:
+        self.modules = modules
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name not in self.modules:
+            return None
+        from importlib.machinery import ModuleSpec
+
+        spec = ModuleSpec(name, self, origin=self.modules[name][0],  # type: ignore[arg-type]
+                          is_package=self.modules[name][2])  # fmt: skip
+        spec.has_location = True  # __file__ is the file's name in the bundle
+        return spec
+
+    def create_module(self, spec: Any) -> None:
+        return None
+
+    def exec_module(self, module: Any) -> None:
+        path, text, _ = self.modules[module.__spec__.name]
+        exec(compile(text, path, "exec"), module.__dict__)
+
+    def get_source(self, name: str) -> str:
+        return self.modules[name][1]  # what tracebacks show (linecache asks the loader)
 
 
 def _endpoint_code(path: str) -> dict[str, Any] | None:

@@ -47,7 +47,7 @@ from whale.models import ChatModel, Completion, ContextOverflow, ModelError, Sam
 from whale.models.base import MAX_TEMPERATURE
 from whale.records import record_dir, write_atomic
 from whale.revise.edits import apply_edits
-from whale.revise.grammar import REPLACE_RULES, GrammarUse, search_rules
+from whale.revise.grammar import REPLACE_RULES, GrammarUse, searched
 
 # One optional line of thought, then the CALL line with flat JSON arguments (strings and
 # integers). Only submit takes a body, and under the grammar it is one SEARCH/REPLACE block whose
@@ -73,9 +73,10 @@ def call_grammar(bases: dict[str, str]) -> str:
     rules = [_LOOK.rstrip("\n"), "submit ::= " + " | ".join(f"sub{k}" for k in range(len(bases)))]
     for k, (cid, source) in enumerate(bases.items()):
         head = _literal_gbnf(f'CALL submit {{"base": "{cid}", "hypothesis": ')
-        rules.append(f'sub{k} ::= {head} str "}}\\n" "<<<<<<< SEARCH\\n" b{k}-search '
+        marked, searches = searched(source, prefix=f"b{k}-")  # a bundle's blocks name a file
+        rules.append(f'sub{k} ::= {head} str "}}\\n" {marked} '
                      '"=======\\n" replace ">>>>>>> REPLACE\\n"')  # fmt: skip
-        rules += search_rules(source, prefix=f"b{k}-")
+        rules += searches
     rules += REPLACE_RULES
     return "\n".join(rules) + "\n"
 

@@ -50,11 +50,13 @@ from pathlib import Path
 from whale.errors import WhaleError
 from whale.evaluation import EvalResult
 from whale.harness import Failure, Runtime, harness_hash
+from whale.harness.bundle import ENTRY, header, is_bundle
 from whale.metaharness.agent import ProposerAgent, Session, Submission
 from whale.metaharness.archive import Archive, CandidateMeta
 from whale.metaharness.patience import Patience
 from whale.metaharness.tools import ArchiveTools, ToolCall
 from whale.records import JsonlWriter, RecordError, read_json, read_jsonl, record_dir
+from whale.revise.edits import SEARCH
 from whale.revise.screens import AnswerEchoScreen
 from whale.runs import OutcomeStore
 from whale.tasks import Question, Task
@@ -293,6 +295,17 @@ def _score_known(meta: CandidateMeta, source: str, task: Task, search_set: Seque
     return ""
 
 
+# The edit format of a harness of several files, in the brief when the harness is one (the
+# system prompt, written for one file, is left as it was).
+FILES_NOTE = (
+    "This harness is a folder of Python files, kept in each candidate's harness.py as one text: "
+    f"each file follows a line {header('NAME')!r}, which is not part of the file, and {ENTRY} "
+    "defines run(question, env) and imports the others by their module names. A SEARCH/REPLACE "
+    f"block names the file it edits on its SEARCH line: {SEARCH} NAME (a block that names none "
+    f"edits {ENTRY}); its SEARCH copies whole lines of that file."
+)
+
+
 def brief(archive: Archive, tools: ArchiveTools, iteration: int, k: int = 5) -> str:
     """Where the search stands, as the agent's first user message: the top candidates, recent
     invalid ones, and the best one's source and failures (small models spend their few steps
@@ -309,6 +322,8 @@ def brief(archive: Archive, tools: ArchiveTools, iteration: int, k: int = 5) -> 
     if invalid:
         lines += ["Recent invalid candidates:", *(f"- {m.id}: {m.reason[:200]}" for m in invalid)]
     best = archive.best()
+    if best is not None and is_bundle(archive.source(best.id)):
+        lines += ["", FILES_NOTE]
     if best is not None:
         lines += [f"\n{best.id}/harness.py:", tools.call(ToolCall("read", {"path":
                   f"{best.id}/harness.py"})), "", tools.call(ToolCall("failures",

@@ -37,6 +37,7 @@ from whale.runs import (
     save_run_config,
 )
 from whale.runs.fields import OperatorFields
+from whale.runs.ledger import write_final_folder
 from whale.tasks import Question, SealedSplit, Task, check_disjoint, split
 
 
@@ -149,6 +150,7 @@ def run_search(
                 "rollouts paid this invocation": store.new_rollouts,
                 "wall s (this invocation)": round(time.monotonic() - t0, 1),
                 "run dir": str(run_dir),
+                **write_final_folder(run_dir, accepted),
                 "seed search accuracy": result.seed_accuracy,
                 "accepted search accuracy": result.accepted_accuracy,
                 "seed_eval": {"accuracy": seed_eval.accuracy, "score": seed_eval.score,

@@ -38,6 +38,7 @@ import math
 import re
 from collections.abc import Callable
 
+from whale.harness.bundle import flat_tree, own_modules, syntax_tree
 from whale.harness.contract import MAX_SOURCE_CHARS, run_contract_fault
 from whale.revise.reviewer import ReviewerScreen
 from whale.revise.screens import AnswerEchoScreen
@@ -74,11 +75,12 @@ _FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 _FORMAT_DUNDER = re.compile(r"\{[^{}]*\.\s*_")
 
 
-def _parse(source: str | None) -> ast.Module | None:
+def _parse(source: str | None,
+           tree: Callable[[str], ast.Module] = syntax_tree) -> ast.Module | None:  # fmt: skip
     if source is None or not isinstance(source, str) or len(source) > MAX_SOURCE_CHARS:
         return None
     try:
-        return ast.parse(source)
+        return tree(source)  # a bundle's files as one module, at their bundle lines
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
 
@@ -182,6 +184,8 @@ def interface_violations(source: str, parent: str | None = None) -> list[str]:
         out.append(f"line {new.lineno}: run signature changed: run({', '.join(_params(old))}) "
                    f"became run({', '.join(_params(new))})")  # fmt: skip
     had = {m for _, m, _ in _imports(parent_tree)} if parent_tree else set()
+    own = own_modules(source)  # a harness's own files: imports of them are no escape
+    had |= own
     found: dict[tuple[int, str], list[str]] = {}
 
     def flag(node: ast.AST, kind: str, what: str) -> None:
@@ -194,7 +198,7 @@ def interface_violations(source: str, parent: str | None = None) -> list[str]:
             found.setdefault((line, "forbidden import"), []).append(how)
     nodes, bound = _scoped(tree)
     modules = {b for n, _ in nodes if isinstance(n, ast.Import | ast.ImportFrom)
-               for b in _bindings(n)}  # fmt: skip
+               for b in _bindings(n)} - own  # fmt: skip
     for node, chain in nodes:
         if isinstance(node, ast.Name):
             if node.id in ESCAPE_BUILTINS and node.id not in _REBINDABLE:
@@ -384,7 +388,7 @@ def normalized_tokens(source: str) -> tuple[list[str], set[str]]:
     """The token list of `source` after normalization (see `DuplicateScreen`) and the
     canonical names in it; the raw text's tokens for a source that does not parse or is too
     deep to rewrite."""
-    tree = _parse(source)
+    tree = _parse(source, flat_tree)  # calls across a bundle's files reach their functions
     if tree is not None:
         try:
             _canonical_order(tree)

@@ -8,13 +8,18 @@ SEARCH/REPLACE blocks, and every SEARCH is a contiguous run of the parent's own 
 can still match twice, if the parent repeats lines). A parent line that reads as a block marker
 (`=======` in a string, say) cannot be part of a SEARCH, since Apply would read it as a marker:
 runs stop before it. What the REPLACE says is left to the model.
+
+For a harness of several files (a bundle, `whale/harness/bundle.py`) each block's SEARCH line
+names one of its files (`<<<<<<< SEARCH util.py`) and the SEARCH is a run of that file's lines;
+a file with no line a SEARCH could start at (an empty `__init__.py`) is not offered.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from whale.revise.edits import is_marker
+from whale.harness.bundle import BundleError, files_of, is_bundle
+from whale.revise.edits import SEARCH, is_marker
 
 # When a proposer's answer is decoded under the edit grammar: "auto" (llama.cpp backends, the
 # embedded default), "on" (always), "off" (never). The revision loop's and the search agent's.
@@ -49,14 +54,32 @@ def search_rules(source: str, prefix: str = "") -> list[str]:
     return rules
 
 
+def searched(source: str, prefix: str = "") -> tuple[str, list[str]]:
+    """A GBNF expression for a block's SEARCH marker line and its SEARCH lines, and the rules
+    it needs: for one file, the marker and a run of the file's lines (`search_rules`); for a
+    bundle, a marker naming one of its files and a run of that file's lines."""
+    try:
+        files = files_of(source)
+    except BundleError:  # not a valid bundle (no run accepts it): its text as one file
+        files = {}
+    if not files or not is_bundle(source):
+        return f"{_literal(SEARCH + chr(10))} {prefix}search", search_rules(source, prefix)
+    alternatives, rules = [], []
+    for k, (path, text) in enumerate(files.items()):
+        if not any(line.strip() and not is_marker(line) for line in text.split("\n")):
+            continue  # nothing a SEARCH could copy (an empty file)
+        alternatives.append(f"{_literal(f'{SEARCH} {path}' + chr(10))} {prefix}f{k}-search")
+        rules += search_rules(text, f"{prefix}f{k}-")
+    return "(" + " | ".join(alternatives) + ")", rules
+
+
 def edit_grammar(source: str, max_blocks: int = 3) -> str:
-    rules = [
+    marked, rules = searched(source)
+    return "\n".join([
         "root ::= expl block" + " block?" * (max(1, max_blocks) - 1),
         # A bounded explanation: an unbounded one can eat the token budget before any block.
         'expl ::= [^<\\n] [^\\n]{0,300} "\\n"',
-        'block ::= "<<<<<<< SEARCH\\n" search "=======\\n" replace ">>>>>>> REPLACE\\n"',
+        f'block ::= {marked} "=======\\n" replace ">>>>>>> REPLACE\\n"',
         *REPLACE_RULES,
-        *search_rules(source),
-    ]
-    return "\n".join(rules) + "\n"
-
+        *rules,
+    ]) + "\n"  # fmt: skip

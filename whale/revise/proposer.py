@@ -20,6 +20,7 @@ section.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -28,9 +29,11 @@ from typing import Any
 
 from whale.config import ConfigError, at_least, at_most, check_choices
 from whale.harness import Budget
+from whale.harness.bundle import ENTRY, BundleError, files_of, is_bundle
 from whale.harness.tools.spec import ToolSpec
 from whale.models import ChatModel, ModelError, Sampling
 from whale.models.base import MAX_TEMPERATURE
+from whale.revise.edits import SEARCH
 from whale.revise.grammar import GrammarUse, edit_grammar
 
 
@@ -137,20 +140,52 @@ def render(
     tools: Sequence[Tool] = ("python",),
     packages: Sequence[str] = (),
 ) -> str:
-    # str.replace, not str.format: harness sources are full of braces. The API goes in first,
-    # so that a harness or report that happens to contain "{api}" is left alone.
-    template = template.replace("{api}", api_section(tools, budget, packages))
+    """The prompt: each `{name}` of the template replaced by its part, in one pass, so that a
+    harness, description or report holding "{report}" or "{api}" is shown as it is. A harness
+    of several files is shown file by file, each under its name (`{harness}`), with the rule
+    that a block names its file (`{file_rule}`, `{search_line}`); for one file these read as
+    the template always did. `{source}` is the harness's text as it is (a bundle with its
+    header lines), for templates of your own."""
     values = {
-        "{description}": description,
-        "{source}": source.rstrip(),
-        "{report}": report,
-        "{model_calls}": str(budget.model_calls),
-        "{tool_calls}": str(budget.tool_calls),
-        "{retrievals}": str(budget.retrievals),
+        "api": api_section(tools, budget, packages),
+        "description": description,
+        "source": source.rstrip(),
+        "report": report,
+        "model_calls": str(budget.model_calls),
+        "tool_calls": str(budget.tool_calls),
+        "retrievals": str(budget.retrievals),
+        **harness_parts(source),
     }
-    for key, value in values.items():
-        template = template.replace(key, value)
-    return template
+    pattern = "|".join(re.escape("{" + k + "}") for k in values)
+    return re.sub(pattern, lambda m: values[m.group(0)[1:-1]], template)
+
+
+def harness_parts(source: str) -> dict[str, str]:
+    """How the template's harness placeholders read for `source`: one file, or a bundle (a
+    bundle that is not valid, which no run accepts, is shown as the text it is)."""
+    try:
+        files = files_of(source) if is_bundle(source) else {}
+    except BundleError:
+        files = {}
+    if not files:
+        return {"harness_is": "The harness is one Python file that defines",
+                "harness": f"```python\n{source.rstrip()}\n```", "file_rule": "",
+                "search_line": SEARCH}  # fmt: skip
+    shown = "\n\n".join(f"File {path}:\n```python\n{text.rstrip()}\n```"
+                         for path, text in files.items())  # fmt: skip
+    return {
+        "harness_is": (
+            "The harness is a folder of Python files, shown below file by file. Its entry file, "
+            f"{ENTRY}, imports the others as modules by their names (`import util` for util.py, "
+            "`from helpers import text` for helpers/text.py) and defines"
+        ),
+        "harness": shown,
+        "file_rule": (
+            " Each block names the file it edits after SEARCH on its first line, "
+            f"`{SEARCH} FILE_NAME` (a block that names none edits {ENTRY})."
+        ),
+        "search_line": f"{SEARCH} FILE_NAME",
+    }
 
 
 @dataclass

@@ -30,6 +30,7 @@ import re
 from importlib import resources
 from typing import Any
 
+from whale.harness.bundle import BundleError, header, is_bundle, parse
 from whale.models import ChatModel, ModelError, Sampling
 
 MAX_REVIEW_CHARS = 30_000
@@ -49,7 +50,14 @@ def review_nonce(source: str) -> str:
 def code_only(source: str) -> str:
     """`source` as the reviewer reads it: unparsed from its syntax tree, so without comments,
     and with docstrings and other bare string statements dropped (they do nothing; they are
-    where a harness talks to its reviewer). The source as given when it does not parse."""
+    where a harness talks to its reviewer). The source as given when it does not parse. A
+    harness of several files is shown file by file, each after its header line."""
+    if is_bundle(source):
+        try:
+            files = parse(source)
+        except BundleError:
+            return source
+        return "\n".join(f"{header(path)}\n{code_only(text)}" for path, text in files.items())
     try:
         tree = ast.parse(source)
         for node in ast.walk(tree):

@@ -32,6 +32,7 @@ from whale.runs import (
     save_run_config,
 )
 from whale.runs.fields import OperatorFields
+from whale.runs.ledger import write_final_folder
 from whale.tasks import Question, SealedSplit, Task, TaskConfig, check_disjoint, split
 
 
@@ -163,6 +164,7 @@ def run_adapt(
                 "rollouts paid this invocation": store.new_rollouts,
                 "wall s (this invocation)": round(time.monotonic() - t0, 1),
                 "run dir": str(run_dir),
+                **write_final_folder(run_dir, store.harness(result.final_hash)),
             }
             write_atomic(run_dir / "summary.md", summary_markdown(result, meta))
             write_atomic(run_dir / "summary.json", json.dumps(adapt_json(result, meta), indent=2))

@@ -44,6 +44,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
+from whale.harness.bundle import syntax_tree
 from whale.tasks import Question, Task
 from whale.tasks.answers import normalize_answer, parse_number
 
@@ -118,7 +119,7 @@ def _constants(source: str) -> tuple[set[str], set[Fraction], set[str]]:
     `bytes.fromhex('2d34')`: a table keyed by `question.encode()` is a table of strings), and
     so does every item of a folded tuple or frozenset constant."""
     try:
-        tree = ast.parse(source)
+        tree = syntax_tree(source)  # a bundle's files as one module
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return set(), set(), set()
     strings: set[str] = set()

@@ -31,6 +31,7 @@ from typing import Any
 
 from whale.evaluation import EvalResult, Outcome, evaluate
 from whale.harness import Runtime, Trajectory, harness_hash, read_failure
+from whale.harness.bundle import BundleError, is_bundle, write_folder
 from whale.records import JsonlWriter, RecordError, iter_jsonl, record_dir, write_atomic
 from whale.tasks import Question, Task
 
@@ -254,3 +255,20 @@ def saved_harness(run_dir: Path, h: str) -> str:
             "(restore it, or start a new run)"
         )
     return source
+
+
+FINAL_FOLDER = "final_harness"
+
+
+def write_final_folder(run_dir: Path, source: str) -> dict[str, str]:
+    """A final harness of several files written out as a folder too, `RUN/final_harness/`
+    (its files, as `--harness DIR` reads them back), replacing an earlier one; returns the
+    summary's entry naming it. A one-file harness gets no folder ({}): its source is
+    `harnesses/<hash>.py`, as it always was (a bundle's is there too, as one text)."""
+    if not is_bundle(source):
+        return {}
+    try:
+        write_folder(source, run_dir / FINAL_FOLDER)
+    except (OSError, BundleError) as e:  # a link or a file in its place: never written through
+        raise RecordError(f"{run_dir / FINAL_FOLDER}: the final harness not written ({e})") from e
+    return {"final harness folder": str(run_dir / FINAL_FOLDER)}

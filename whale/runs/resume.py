@@ -143,7 +143,7 @@ def check_seed(run_dir: Path, name: str, source: str) -> None:
         raise ResumeMismatch(
             f"--resume {run_dir}: the seed harness {name!r} now hashes to {now}, but the run "
             f"started from {prior['hash']} (saved as harnesses/{prior['hash']}.py): the file "
-            "was edited; restore it, or start a new run",
+            "was edited (for a folder, one of its files); restore it, or start a new run",
             "harness",
         ).at("harness")
 

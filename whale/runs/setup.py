@@ -15,6 +15,7 @@ from typing import Any
 from whale.config import ConfigError
 from whale.errors import WhaleError
 from whale.harness import load_harness as _load_harness_source
+from whale.harness.bundle import BundleError
 from whale.harness.contract import run_contract_fault
 from whale.models import (
     ChatModel,
@@ -65,10 +66,11 @@ def _check_questions(task: Task, task_id: str) -> None:
 
 
 def load_harness(name_or_path: str, field: str = "harness") -> str:
-    """The source of a seed harness by name, or of a harness file by path."""
+    """The source of a seed harness by name, of a harness file by path, or of a harness
+    folder by path (its files as one bundle, `whale.harness.bundle`)."""
     try:
         return _load_harness_source(name_or_path)
-    except FileNotFoundError as e:
+    except (FileNotFoundError, BundleError) as e:
         raise HarnessUnavailable(str(e)).at(field) from None
 
 
