@@ -102,9 +102,9 @@ def main() -> None:
         model = Instant()
     extra = {}
     if args.packages:
-        from whale.harness.packages import prepare_packages  # type: ignore[import-not-found]
+        from whale.harness.packages import resolve_packages
 
-        extra["packages"] = prepare_packages(args.packages)
+        extra["packages"] = resolve_packages(args.packages)
     rt = Runtime(model=model, budget=Budget(model_calls=n + 10, run_timeout_s=600), **extra)  # type: ignore[arg-type]
     ways = ["llm", "http"] + (["openai"] if "openai" in " ".join(args.packages) else [])
     try:
