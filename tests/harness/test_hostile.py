@@ -1,11 +1,63 @@
-"""Every kind of bad harness gets a recorded outcome and never takes the evaluator down."""
+"""Every kind of bad harness gets a recorded outcome and never takes the evaluator down.
+
+Each test runs twice on each jail: as the runtime is bare, and with the doors issue 24 opened
+(a model, hence the run's OpenAI-compatible endpoint and its thread and socket, and an allowed
+package set mounted): none of the guarantees may be weaker with them."""
 
 import subprocess
 import time
 import uuid
 
-from whale.harness import Budget, Limits, Runtime
+import pytest
+
+from tests.fakes import ScriptedModel
+from tests.harness.wheels import write_wheel
+from whale.harness import Budget, Limits
+from whale.harness import Runtime as BareRuntime
+from whale.harness.packages import PackageSet, build_folder
 from whale.harness.sandbox import Sandbox
+
+Runtime = BareRuntime  # replaced by `doors` for the second pass
+
+
+@pytest.fixture(scope="module")
+def allowed(tmp_path_factory) -> PackageSet:
+    wheel = write_wheel(tmp_path_factory.mktemp("wheels"), "allowed", "1.0",
+                        {"allowed/__init__.py": "VALUE = 42\n"})  # fmt: skip
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PIP_NO_INDEX", "1")
+        folder = build_folder([str(wheel)], tmp_path_factory.mktemp("cache"))
+    return PackageSet(str(folder), ("allowed",))
+
+
+@pytest.fixture(autouse=True, params=["bare", "endpoint+packages"])
+def doors(request, monkeypatch):
+    if request.param == "bare":
+        return
+    packages = request.getfixturevalue("allowed")
+
+    def with_doors(*args, **kwargs):
+        if kwargs.get("model") is None:
+            kwargs["model"] = ScriptedModel()
+        kwargs.setdefault("packages", packages)
+        return BareRuntime(*args, **kwargs)
+
+    monkeypatch.setitem(globals(), "Runtime", with_doors)
+
+
+@pytest.fixture
+def runtime(model, sandbox, doors):
+    """As tests/harness/conftest.py's, through this module's `Runtime` (with the doors or not)."""
+    return Runtime(model=model, budget=Budget(run_timeout_s=5.0), limits=Limits(cpu_s=10),
+                   sandbox=Sandbox(sandbox))  # fmt: skip
+
+
+def test_the_doors_are_open_in_the_second_pass(runtime, doors, request):
+    src = ("import os\ndef run(q, env):\n    try:\n        import allowed\n"
+           "        has = True\n    except ImportError:\n        has = False\n"
+           "    return repr((bool(env.openai_base_url), has))\n")  # fmt: skip
+    both = request.node.callspec.params["doors"] != "bare"
+    assert runtime.run(src, "x").answer == repr((True, both))
 
 
 def test_syntax_error_is_a_load_error(runtime):
