@@ -239,6 +239,17 @@ def own_modules(source: str) -> set[str]:
     return {part for p in files for part in module_name(p)[0].split(".")}
 
 
+def top_modules(source: str) -> set[str]:
+    """The names by which `import NAME` loads one of a harness's files: its top-level files and
+    folders (`util`, `helpers`), not the names of nested files (`os` of helpers/os.py, which
+    `import os` does not reach: that is the standard library's). Empty for one file."""
+    try:
+        files = parse(source) if is_bundle(source) else {}
+    except BundleError:
+        return set()
+    return {module_name(p)[0].split(".")[0] for p in files}
+
+
 def read_folder(folder: str | Path) -> str:
     """The harness in `folder`: `harness.py` and every other `.py` file under it, as a bundle
     (or as one file's text, when harness.py is the only one). Hidden entries (a name that
@@ -286,7 +297,12 @@ def read_folder(folder: str | Path) -> str:
                 text = (here / name).read_bytes().decode("utf-8")
             except UnicodeDecodeError as e:
                 raise BundleError(f"{root}: {path} is not UTF-8 text ({e.reason})") from None
-            found[path] = text if not text or text.endswith("\n") else text + "\n"
+            # Read as `--harness FILE` reads a file (Path.read_text: universal newlines), and
+            # with no newline added (render adds one to a bundle's file): a folder of
+            # harness.py alone is that file's harness, hash and all, where a missing final
+            # newline or CRLF line ends made it another one (outcomes not reused, resume
+            # refused as "edited").
+            found[path] = text.replace("\r\n", "\n").replace("\r", "\n")
     if ENTRY not in found:
         raise BundleError(f"{root}: no {ENTRY}, the entry file that defines run(question, env)")
     ordered = {ENTRY: found.pop(ENTRY), **dict(sorted(found.items()))}

@@ -21,7 +21,8 @@ call chunk, the finish chunk, usage where `stream_options.include_usage` asks, `
 Errors are OpenAI's error objects with the status an OpenAI client maps to its exception
 (400 BadRequestError, 401 AuthenticationError, 404 NotFoundError, 413, 429 RateLimitError for a
 spent budget, 502 / 504 for a model that failed or timed out), each with `x-should-retry:
-false`: the client's automatic retries would only spend the budget again. Sampling parameters
+false`: the client's automatic retries would only spend the budget again (but 503, a connection
+turned away before anything was spent). Sampling parameters
 whale does not set per call (`n` > 1, `top_p` < 1, penalties, logprobs, a forced function) are
 refused, not ignored; `model`, `seed`, `user`, `store`, `metadata`, `parallel_tool_calls`,
 `stream_options` and `response_format` of type "text" are accepted and do not change the call
@@ -53,6 +54,7 @@ IDLE_S = 60.0
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
             405: "Method Not Allowed", 411: "Length Required", 413: "Payload Too Large",
             429: "Too Many Requests", 431: "Request Header Fields Too Large",
+            500: "Internal Server Error",
             502: "Bad Gateway", 503: "Service Unavailable",
             504: "Gateway Timeout"}  # fmt: skip
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
@@ -245,19 +247,24 @@ class Endpoint:
                 if not busy:
                     self.open += 1
             if busy:
-                self._refuse_busy(conn)
+                self._refuse_busy(conn, "too many connections")
                 continue
             try:
                 _thread.start_new_thread(self._connection, (conn,))
             except RuntimeError:  # no thread to be had (the run's process limit)
                 with self.lock:
                     self.open -= 1
-                self._refuse_busy(conn)
+                self._refuse_busy(conn, "no thread left to serve this connection: the run's "
+                                  "process limit (threads count) is reached")  # fmt: skip
 
-    def _refuse_busy(self, conn: Any) -> None:
+    def _refuse_busy(self, conn: Any, why: str) -> None:
+        """503, which a client may retry (x-should-retry: true): unlike the other errors,
+        nothing reached the broker and nothing was spent. (A harness of 8 threads calling the
+        endpoint at once meets the thread case: its threads and the endpoint's share the
+        run's process limit.)"""
         try:
             conn.settimeout(1.0)
-            conn.sendall(self._response(503, self._error(503, "too many connections"), True))
+            conn.sendall(self._response(503, self._error(503, why), True, retry=True))
         except OSError:
             pass
         conn.close()
@@ -284,6 +291,14 @@ class Endpoint:
                     return
         except OSError:
             pass
+        except Exception as e:  # noqa: BLE001 - a request no check above foresaw: a reply,
+            # not a thread that dies silently (the client would see a dropped connection and
+            # retry it) with a traceback on the run's stderr
+            try:
+                message = f"the endpoint failed on this request ({type(e).__name__})"
+                conn.sendall(self._response(500, self._error(500, message), True))
+            except Exception:  # noqa: BLE001
+                pass
         finally:
             conn.close()
             with self.lock:
@@ -318,7 +333,8 @@ class Endpoint:
             raise HTTPError(411, "chunked request bodies are not supported; send "
                                  "Content-Length", True)  # fmt: skip
         length_text = headers.get("content-length", "0")
-        if not length_text.isdigit() or len(length_text) > 12:
+        # isascii: "²" (latin-1 0xb2) is a digit to str.isdigit and not to int()
+        if not (length_text.isascii() and length_text.isdigit()) or len(length_text) > 12:
             raise HTTPError(400, "bad Content-Length", True)
         length = int(length_text)
         if length > self.body_bytes:
@@ -357,6 +373,8 @@ class Endpoint:
             result = self.call(args)
         except HTTPError as e:
             return e.status, self._error(e.status, str(e)), close, None
+        except RecursionError:  # json.loads took it; the worker's recursive pipe encoder cannot
+            return 400, self._error(400, "the request is nested too deeply"), close, None
         except Refusal as e:
             status = _KIND_STATUS.get(e.kind, 400)
             return status, self._error(status, str(e)), close, None
@@ -391,11 +409,11 @@ class Endpoint:
         return self._dumps({"error": {"message": message, "type": kind, "param": None,
                                       "code": kind if status == 429 else None}})  # fmt: skip
 
-    def _response(self, status: int, body: bytes, close: bool) -> bytes:
+    def _response(self, status: int, body: bytes, close: bool, retry: bool = False) -> bytes:
         head = (f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\n"
                 "Content-Type: application/json\r\n"
                 f"Content-Length: {len(body)}\r\n"
-                "x-should-retry: false\r\n"
+                f"x-should-retry: {'true' if retry else 'false'}\r\n"
                 f"Connection: {'close' if close else 'keep-alive'}\r\n\r\n")  # fmt: skip
         return head.encode("ascii") + body
 

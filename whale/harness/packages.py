@@ -132,7 +132,18 @@ def resolve_packages(value: list[str] | str, root: Path | None = None) -> Packag
     if not value:
         return None
     folder = build_folder(value, root or packages_root())
+    _refuse_whale(folder, "its requirements install")
     return PackageSet(str(folder), _told(list(dict.fromkeys(requirement_name(r) for r in value))))
+
+
+def _refuse_whale(site: Path, how: str) -> None:
+    """ConfigError when the set holds whale (its task generators and graders are an oracle in
+    the jail, the reason whale's own environment is refused): a venv it is installed in, or
+    requirements that install it, directly or as a dependency."""
+    if (site / "whale").is_dir() or any(site.glob("whale-*.dist-info")):
+        raise ConfigError(f"{FIELD}: {how} whale itself, which a harness must not import (its "
+                          "tasks' generators and graders answer the questions); give a set "
+                          "without it", FIELD)  # fmt: skip
 
 
 def venv_packages(path: str) -> PackageSet:
@@ -158,6 +169,7 @@ def venv_packages(path: str) -> PackageSet:
         others = sorted(p.parent.name for p in (venv / "lib").glob("*/site-packages"))
         has = f" (it has {', '.join(others)})" if others else ""
         raise ConfigError(f"{FIELD}: {path} has no lib/python{want}/site-packages{has}", FIELD)
+    _refuse_whale(site, f"{path} holds")
     names = sorted({p.name.split("-", 1)[0] for p in site.glob("*.dist-info")}, key=str.lower)
     return PackageSet(str(site.resolve()), _told(names))
 
@@ -183,10 +195,14 @@ def build_key(requirements: Sequence[str]) -> str:
     files (a rebuilt wheel of one version gets a new folder), and the interpreter."""
     reqs = sorted({r.strip() for r in requirements})
     files = {r: _digest(r) for r in reqs if os.path.isfile(r)}
+    # A local folder by where it is: "." (or "../lib") is another folder in another project,
+    # and was one key, so one project's build was reused for the other's.
+    folders = {r: os.path.abspath(r) for r in reqs if os.path.isdir(r)}
     what = {
         "format": _FORMAT,
         "requirements": reqs,
         "files": files,
+        **({"folders": folders} if folders else {}),  # none: the keys of builds before them
         "python": platform.python_version(),
         "cache_tag": sys.implementation.cache_tag,
         "soabi": sysconfig.get_config_var("SOABI"),

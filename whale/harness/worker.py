@@ -325,6 +325,18 @@ def _load_bundle(source: str) -> Any:
         while parent:  # a folder without __init__.py is a package all the same
             modules.setdefault(parent, (parent.replace(".", "/") + "/__init__.py", "", True))
             parent = parent.rpartition(".")[0]
+    # Loaded now, not on the finder's first call: a bundle's importlib/ folder would be found
+    # by the finder while it imports this (a RecursionError), and is refused below instead.
+    import importlib.machinery  # noqa: F401
+
+    for name, (path, _, _) in modules.items():
+        # A module loaded before the harness (os, sys, _socket, ...: the worker's and the
+        # interpreter's) is never imported from the bundle: `import os` beside an os.py was
+        # the real os, which the code screens took for the harness's own file.
+        if name in sys.modules:
+            raise ImportError(f"{path}: the module {name} is loaded before the harness (the "
+                              "standard library's), so this file would never be imported; "
+                              "rename it")  # fmt: skip
     sys.meta_path.insert(0, _Files(modules))  # first, as a script's own folder is
     run = getattr(__import__("harness"), "run", None)
     if not callable(run):

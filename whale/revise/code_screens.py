@@ -38,7 +38,7 @@ import math
 import re
 from collections.abc import Callable
 
-from whale.harness.bundle import flat_tree, own_modules, syntax_tree
+from whale.harness.bundle import flat_tree, own_modules, syntax_tree, top_modules
 from whale.harness.contract import MAX_SOURCE_CHARS, run_contract_fault
 from whale.revise.reviewer import ReviewerScreen
 from whale.revise.screens import AnswerEchoScreen
@@ -185,7 +185,9 @@ def interface_violations(source: str, parent: str | None = None) -> list[str]:
                    f"became run({', '.join(_params(new))})")  # fmt: skip
     had = {m for _, m, _ in _imports(parent_tree)} if parent_tree else set()
     own = own_modules(source)  # a harness's own files: imports of them are no escape
-    had |= own
+    # but only by the names that import them: helpers/os.py made `import os` (the real os)
+    # "own" too. (A top-level os.py is refused by the worker: os is loaded before it.)
+    had |= top_modules(source)
     found: dict[tuple[int, str], list[str]] = {}
 
     def flag(node: ast.AST, kind: str, what: str) -> None:

@@ -233,13 +233,15 @@ def apply_edits(source: str, proposal_text: str) -> ApplyResult:
     rewrite = _fenced_rewrite(proposal_text)
     if rewrite is None:
         return ApplyResult(False, source, "no SEARCH/REPLACE blocks and no fenced python harness")
-    if not is_bundle(source):
-        return _finish(source, rewrite, "rewrite", 1)
+    # Checked for one file too: a one-file parent's rewrite that began with a header line
+    # would be read as a bundle, making new files (Apply makes none; a rewrite is harness.py).
     if has_header_line(rewrite):
         why = (f"the rewrite holds lines that begin with {HEAD.strip()!r} (whale's file headers): "
                f"a fenced rewrite replaces {ENTRY} only; edit the other files with blocks that "
                "name them")  # fmt: skip
         return ApplyResult(False, source, why, "rewrite", True, 1)
+    if not is_bundle(source):
+        return _finish(source, rewrite, "rewrite", 1)
     return _finish(source, from_files({**files, ENTRY: rewrite}), "rewrite", 1)
 
 
