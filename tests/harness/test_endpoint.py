@@ -272,9 +272,13 @@ def run(question, env):
     time.sleep(0.3)
     out["turned_away"] = turned_away
     body = json.dumps({"messages": [{"role": "user", "content": "hi"}]})
-    out["after"] = exchange(("POST /v1/chat/completions HTTP/1.1\r\n" + auth +
-                             "Connection: close\r\nContent-Length: " + str(len(body)) +
-                             "\r\n\r\n" + body).encode())
+    for _ in range(50):  # the closed connections' threads end as they notice: retry a 503
+        out["after"] = exchange(("POST /v1/chat/completions HTTP/1.1\r\n" + auth +
+                                 "Connection: close\r\nContent-Length: " + str(len(body)) +
+                                 "\r\n\r\n" + body).encode())
+        if not out["after"].startswith("HTTP/1.1 503"):
+            break
+        time.sleep(0.2)
     return json.dumps(out)
 """
 
