@@ -20,9 +20,8 @@ Target (issue 24): under 5 ms added per call over env.llm.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
+from benchmarks.runtime_overhead import median_s
 from whale.harness import Budget, Runtime
 from whale.models.base import Completion
 
@@ -65,15 +64,6 @@ class Instant:
     def chat(self, messages, sampling, timeout=None):  # noqa: ANN001, ANN201
         return Completion("OK", "stop", {"prompt_tokens": 4, "completion_tokens": 1,
                                          "total_tokens": 5})  # fmt: skip
-
-
-def median_s(fn, runs: int) -> float:  # noqa: ANN001
-    times = []
-    for _ in range(runs):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
 
 
 def per_call_s(rt: Runtime, how: str, n: int, runs: int) -> float:

@@ -123,14 +123,13 @@ def test_a_second_command_reuses_the_folder_without_pip(tmp_path):
     req = wheel(tmp_path / "w")
     folder = build_folder([req], tmp_path / "cache" / "packages")
     (folder / "marker").write_text("first build")
-    code = ("import sys, time\nfrom whale.harness.packages import resolve_packages\n"
-            "t = time.monotonic()\nps = resolve_packages(sys.argv[1:])\n"
-            "print(ps.folder, round(time.monotonic() - t, 3))")  # fmt: skip
+    code = ("import sys\nfrom whale.harness.packages import resolve_packages\n"
+            "print(resolve_packages(sys.argv[1:]).folder)")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code, req], capture_output=True, text=True,
                          cwd=ROOT, check=True, env=dict(os.environ))  # fmt: skip
-    where, took = out.stdout.split()
-    assert where == str(folder) and (folder / "marker").read_text() == "first build"
-    assert "installing" not in out.stderr and float(took) < 0.5
+    # no time bound: a slower machine is no fault; the marker and the silence show no pip ran
+    assert out.stdout.strip() == str(folder) and (folder / "marker").read_text() == "first build"
+    assert "installing" not in out.stderr
 
 
 def test_concurrent_builds_of_one_set_run_pip_once(tmp_path, monkeypatch):

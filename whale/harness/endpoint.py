@@ -95,7 +95,7 @@ class Refusal(Exception):
         self.kind = kind
 
 
-def chat_args(body: Any, max_tokens_cap: Any = None) -> dict[str, Any]:
+def chat_args(body: Any) -> dict[str, Any]:
     """The `llm` request an OpenAI chat completion request stands for; HTTPError(400) for what
     whale cannot honour. Messages' content parts are joined into one text (text parts only);
     role "developer" is sent as "system"."""
