@@ -377,3 +377,12 @@ def test_a_real_package_from_the_index_imports_in_the_jail(tmp_path, monkeypatch
 
 def test_runtime_packages_default_is_empty():
     assert RuntimeConfig().packages == [] and Runtime().packages is None
+
+
+@pytest.mark.parametrize("value", [[1], [None], ["ok", 2], 3, {"a": "b"}])
+def test_resolve_packages_from_the_python_api_refuses_what_is_not_requirements(value, tmp_path):
+    # the config builder checks types; the Python API may hand resolve_packages anything
+    with pytest.raises(ConfigError) as e:
+        pk.resolve_packages(value, tmp_path)
+    assert e.value.field == "runtime.packages"
+    assert not list(tmp_path.iterdir())  # nothing was built

@@ -79,10 +79,15 @@ def check_packages(value: list[str] | str) -> None:
             raise FieldError("packages", f"{value!r} is not a path to a virtual environment "
                              "(give a list of requirements, or a venv's path)")  # fmt: skip
         return
+    if not isinstance(value, list | tuple):  # the Python API takes what a caller passes
+        raise FieldError("packages", f"{type(value).__name__} is not a list of requirements "
+                         "or a venv's path")  # fmt: skip
     if len(value) > MAX_REQUIREMENTS:
         raise FieldError("packages", f"at most {MAX_REQUIREMENTS} requirements "
                          f"(got {len(value)})")  # fmt: skip
     for req in value:
+        if not isinstance(req, str):
+            raise FieldError("packages", f"{req!r:.80} is not a requirement (a string)")
         if not req.strip() or _control(req) or len(req) > 1000:
             raise FieldError("packages", f"{req[:80]!r} is not a requirement")
         if req.strip().startswith("-"):  # pip options (-r, -e, --index-url) are not packages
