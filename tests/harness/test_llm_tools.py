@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import require_model
 from whale.harness import Runtime, Trajectory
 from whale.harness.calls import MAX_MESSAGE_CALLS, MAX_TOOLS, SCHEMA_BOUND, TOOLS_CHARS
-from whale.models.base import Completion
+from whale.models.base import Completion, Sampling
 from whale.models.embedded import EmbeddedLlama
 
 TOOLS = [{"type": "function", "function": {
@@ -392,6 +392,61 @@ def test_a_tool_calling_harness_on_the_embedded_model_and_its_sft_examples():
     written = first.raw_text if first.raw_text is not None else "<tool_call>"
     assert trained[0].startswith(written) and trained[0].endswith("<|im_end|>")
     assert trained[1].endswith("<|im_end|>") and "<tool_response>" not in trained[1]
+
+
+# Tool shapes an OpenAI client sends that llama.cpp's server rewrites when it renders them:
+# `strict` (the Agents SDK sets it), no description, no parameters, keys in another order.
+ODD_TOOLS = [
+    {"type": "function", "function": {"name": "calc", "description": "d", "strict": True,
+                                      "parameters": {"type": "object", "properties": {},
+                                                     "additionalProperties": False}}},
+    {"function": {"parameters": {"type": "object"}, "name": "bare"}, "type": "function"},
+    {"type": "function", "function": {"name": "nothing", "strict": False}},
+]  # fmt: skip
+
+
+def test_recorded_tools_are_the_form_llama_cpp_renders():
+    from whale.harness.calls import check_tools
+
+    text = check_tools(ODD_TOOLS)
+    assert text is not None
+    assert [t["function"] for t in json.loads(text)] == [
+        {"name": "calc", "description": "d",
+         "parameters": {"type": "object", "properties": {}, "additionalProperties": False}},
+        {"name": "bare", "description": "", "parameters": {"type": "object"}},
+        {"name": "nothing", "description": "", "parameters": {}},
+    ]  # fmt: skip
+
+
+@pytest.mark.model
+def test_the_native_server_renders_recorded_tools_as_transformers_does():
+    """What a run records of odd tools (check_tools) renders, through the native server's
+    template (/apply-template) and through transformers, to one prompt: the weight phase's
+    count check passes on calls that offered them (an Agents SDK run's calls were all skipped
+    as template mismatches while `strict` was recorded and the server dropped it)."""
+    import httpx
+    from transformers import AutoTokenizer
+
+    from whale.harness.calls import check_tools
+    from whale.models.base import template_messages
+
+    path = require_model("qwen-coder-0.5b")
+    tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    model = EmbeddedLlama(path, alias="qwen-coder-0.5b", n_ctx=2048, slots=1, threads=1)
+    messages = [{"role": "system", "content": "Use the tools."},
+                {"role": "user", "content": "2+2?"}]  # fmt: skip
+    recorded = json.loads(check_tools(ODD_TOOLS) or "[]")
+    try:
+        model.chat([{"role": "user", "content": "Say OK."}], Sampling(max_tokens=1))  # starts it
+        base = model._client.base_url.removesuffix("/v1")
+        rendered = [httpx.post(f"{base}/apply-template", timeout=60,
+                               json={"messages": messages, "tools": tools}).json()["prompt"]
+                    for tools in (ODD_TOOLS, recorded)]  # fmt: skip
+    finally:
+        model.close()
+    ours = tok.apply_chat_template(template_messages(messages), tools=recorded,
+                                   add_generation_prompt=True, tokenize=False)  # fmt: skip
+    assert rendered[0] == rendered[1] == ours
 
 
 @pytest.mark.model

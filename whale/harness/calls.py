@@ -198,7 +198,7 @@ def _check_calls(i: int, calls: Any, ids: set[str]) -> list[dict[str, Any]]:
 
 def check_tools(tools: Any) -> str | None:
     """The JSON text of the tools an `llm` request offers (each `{type: "function", function:
-    {name, description?, parameters?, strict?}}`, other keys dropped), None for no tools; or
+    {name, description, parameters}}`, other keys and `strict` dropped), None for no tools; or
     BadCall (malformed) / Rejected (over MAX_TOOLS, TOOLS_CHARS or SCHEMA_BOUND)."""
     if tools is None:
         return None
@@ -218,12 +218,17 @@ def check_tools(tools: Any) -> str | None:
             raise BadCall(f"llm(tools=): tool {j}'s name {_show(name)} must be 1 to 64 "
                           "letters, digits, '_' or '-', and unique")  # fmt: skip
         names.add(name)
-        out: dict[str, Any] = {"name": name}
+        # The form llama.cpp's server renders (it parses a tool into these three and writes
+        # them back in this order, "" and {} where absent, `strict` dropped), so what is
+        # recorded renders to the very prompt the backend saw: the weight phase rebuilds the
+        # prompt's ids from the record and skips a call whose count differs. `strict` is
+        # accepted and not passed on: no backend whale serves enforces it.
+        out: dict[str, Any] = {"name": name, "description": "", "parameters": {}}
         for key, kind in (("description", str), ("parameters", dict), ("strict", bool)):
             value = fn.get(key)
             if value is not None and not isinstance(value, kind):
                 raise BadCall(f"llm(tools=): tool {name}'s {key} must be a {kind.__name__}")
-            if value is not None:
+            if value is not None and key != "strict":
                 out[key] = value
         fault = _schema_fault(out.get("parameters"))
         if fault is not None:
