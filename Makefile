@@ -10,9 +10,15 @@ LLAMA_SERVER ?= $(HOME)/.cache/whale/bin/llama-server-$(LLAMA_VERSION)
 MODELS ?= qwen-coder-0.5b qwen-coder-1.5b smollm2-135m
 DEMO_OUT ?= runs/demo-$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: install demo test lint bench clean bwrap chromium llama-server
+.PHONY: install demo test lint bench clean bwrap chromium llama-server launcher
 
-install: $(VENV)/.installed
+install: $(VENV)/.installed launcher
+
+# whale-launch (whale/harness/launch.c): the one small program that starts every jail, built
+# for the current launch.c (named by its hash; nothing to do when it is there). Without it the
+# jails start through sh + setpriv + prlimit (slower: docs/measurements.md).
+launcher: $(VENV)/.installed
+	$(PY) -c 'import whale.harness.launcher as l; print(l.build())'
 
 $(VENV)/.installed: pyproject.toml Makefile
 	command -v bwrap >/dev/null || $(MAKE) bwrap
@@ -94,6 +100,7 @@ test: lint
 bench: install
 	$(PY) -m benchmarks.runtime_overhead
 	$(PY) -m benchmarks.eval_throughput
+	$(PY) -m benchmarks.jail_start
 	$(PY) -m benchmarks.adapt_overhead
 	$(PY) -m benchmarks.bm25_scale
 	$(PY) -m benchmarks.rsft_throughput

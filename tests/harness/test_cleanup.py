@@ -61,16 +61,20 @@ PARENT = (
     "import sys, time\n"
     "from whale.harness.budget import Limits\n"
     "from whale.harness.sandbox import Sandbox, python_executable\n"
-    "j = Sandbox(sys.argv[1]).spawn([python_executable(), '-I', '-S', '-c', sys.argv[2]], Limits())\n"
+    "j = Sandbox(sys.argv[1], launch=sys.argv[3]).spawn(\n"
+    "    [python_executable(), '-I', '-S', '-c', sys.argv[2]], Limits())\n"
     "print(j.proc.pid, j.uid, flush=True)\n"
     "time.sleep(60)\n"
 )
 
 
-def _whale_killed_with_sigkill(sandbox: str, code: str) -> tuple[int, int]:
+def _whale_killed_with_sigkill(sandbox: str, code: str, launch: str = "auto") -> tuple[int, int]:
     """A whale process starts a jail and is then killed -9: the jail's pid and uid."""
     parent = subprocess.Popen(
-        [sys.executable, "-c", PARENT, sandbox, code], stdout=subprocess.PIPE, cwd=HERE, text=True
+        [sys.executable, "-c", PARENT, sandbox, code, launch],
+        stdout=subprocess.PIPE,
+        cwd=HERE,
+        text=True,
     )
     assert parent.stdout is not None
     jail_pid, uid = (int(x) for x in parent.stdout.readline().split())
@@ -89,8 +93,8 @@ def _alive(pid: int) -> bool:
 
 
 @ROOT
-def test_the_jail_dies_with_whale_killed_with_sigkill(sandbox):
-    jail_pid, uid = _whale_killed_with_sigkill(sandbox, "import time; time.sleep(60)")
+def test_the_jail_dies_with_whale_killed_with_sigkill(sandbox, launch):
+    jail_pid, uid = _whale_killed_with_sigkill(sandbox, "import time; time.sleep(60)", launch)
     deadline = time.monotonic() + 3
     while _alive(jail_pid) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -156,6 +160,42 @@ def test_a_uid_left_busy_by_a_dead_owner_is_emptied_before_it_is_used(tmp_path):
         pool.give(lease)
     finally:
         uids.kill_uid(206_000)
+
+
+@ROOT
+def test_a_uid_its_last_holder_saw_empty_is_taken_without_a_scan(tmp_path, monkeypatch):
+    pool = uids.UidPool(base=206_020, size=1, directory=str(tmp_path / "locks"))
+    pool.give(pool.take())  # a new lock file: scanned, then marked clean
+    scans: list[object] = []
+    scan = uids.scan
+    monkeypatch.setattr(uids, "scan", lambda u: scans.append(u) or scan(u))
+    pool.give(pool.take(), known_empty=True)
+    assert scans == []
+
+
+HOLDER_DIES = (
+    "import os, subprocess, sys\n"
+    "from whale.harness import uids\n"
+    "lease = uids.UidPool(base=int(sys.argv[1]), size=1, directory=sys.argv[2]).take()\n"
+    "subprocess.run(['sh', '-c', 'sleep 60 >/dev/null 2>&1 &'], user=lease.uid,\n"
+    "               group=lease.uid, check=True)\n"
+    "os._exit(0)\n"  # dies holding the uid, never gives it back
+)
+
+
+@ROOT
+def test_a_clean_uid_whose_next_holder_died_is_emptied_before_it_is_used(tmp_path):
+    locks = str(tmp_path / "locks")
+    pool = uids.UidPool(base=206_030, size=1, directory=locks)
+    pool.give(pool.take())  # marked clean
+    subprocess.run([sys.executable, "-c", HOLDER_DIES, "206030", locks], cwd=HERE, check=True)
+    assert uids.scan((206_030,))  # what the dead holder left
+    try:
+        lease = pool.take()
+        assert lease.uid == 206_030 and uids.scan((206_030,)) == []
+        pool.give(lease)
+    finally:
+        uids.kill_uid(206_030)
 
 
 @ROOT
@@ -397,13 +437,13 @@ def test_a_failed_start_does_not_kill_workers_the_pool_started(sandbox):
 
 
 @ROOT
-@pytest.mark.parametrize("launch", ["exec chain", "preexec_fn"])
-def test_the_harness_starts_inside_the_runs_cgroups(sandbox, launch, monkeypatch):
-    from whale.harness import sandbox as sb
-
-    if launch == "preexec_fn":  # no sh / setpriv / prlimit on the machine
-        monkeypatch.setattr(sb, "_tools", lambda: None)
-    j = _sleeper(sandbox)
+@pytest.mark.parametrize("how", ["helper", "chain", "preexec"])
+def test_the_harness_starts_inside_the_runs_cgroups(sandbox, how, request):
+    if how == "helper":
+        request.getfixturevalue("helper")
+    j = Sandbox(sandbox, launch=how).spawn(  # type: ignore[arg-type]
+        [python_executable(), "-I", "-S", "-c", "import time; time.sleep(60)"], Limits()
+    )
     try:
         assert j.group is not None and j.group.dirs
         deadline = time.monotonic() + 5

@@ -10,7 +10,7 @@ Per run, in every hierarchy that is mounted and writable, a folder
 - cgroup v1 `memory`: `memory.limit_in_bytes` (and `memory.memsw.limit_in_bytes` where swap
   is accounted).
 - cgroup v1 `pids`: `pids.max`.
-The jail's first process joins them before it execs the jail (sandbox._launch), so everything
+The jail's first process joins them before it execs the jail (launcher.py), so everything
 the jail starts is inside from its first instruction; a jailed process cannot leave (the cgroup
 files belong to root and the jail mounts no /sys). The memory cap counts all of the run: the
 jail's own process, every child, and the pages of its tmpfs scratch folder.

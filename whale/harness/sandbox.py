@@ -7,9 +7,10 @@ ends the whole run and releases what it held. Three kinds:
   namespaces (no /proc inside); rlimits on address space, CPU, file size, open files and
   processes; no_new_privs.
 - `bwrap` (bubblewrap, where installed): the same namespaces, mounts and limits. As root it runs
-  without a user namespace and `setpriv` (util-linux) drops the harness to its pool uid, so the
-  harness is that unprivileged uid on the host too and RLIMIT_NPROC counts; the environment is
-  cleared (`--clearenv`) and scratch is a size-capped tmpfs, as with nsjail.
+  without a user namespace and the launcher inside (whale-launch, else `setpriv`: launcher.py)
+  drops the harness to its pool uid, so the harness is that unprivileged uid on the host too
+  and RLIMIT_NPROC counts; the environment is cleared (`--clearenv`) and scratch is a
+  size-capped tmpfs, as with nsjail.
 - `unsafe`: a plain child process with rlimits, its own session and an empty environment. No
   network or filesystem isolation; only chosen explicitly (`--unsafe-no-sandbox`).
 
@@ -24,15 +25,17 @@ No third-party package is reachable by any sys.path change; not the run director
 references, the grader or the eval split, which live in the parent's memory and run directory.
 
 Uids (as root): each run takes its own unprivileged uid from a pool shared by every whale process
-on the machine (uids.py: lock files in /run/whale-uids), checked empty before it is used and
-when it comes back. As a normal user a user namespace maps the caller's own uid.
+on the machine (uids.py: lock files in /run/whale-uids), checked empty when it comes back, and
+before it is used unless its last holder saw it empty (the lock file's mark). As a normal user
+a user namespace maps the caller's own uid.
 
 Ending a run (`Jailed.kill`): SIGKILL to the init of the jail's PID namespace (the kernel kills
 the namespace with it), then `cgroup.kill` on the run's cgroup (cgroups.py) where one is
 writable. The uid goes back to the pool only once nothing of it is alive: the run's cgroup seen
-empty, or else a /proc scan, with SIGKILL to every process of the uid for what it finds; and it
-is scanned again whenever it is taken. nsjail / bwrap get PR_SET_PDEATHSIG(SIGKILL), so they
-die with the thread that started them (and with whale, even on kill -9).
+empty, or else a /proc scan, with SIGKILL to every process of the uid for what it finds.
+nsjail / bwrap start through one launcher (launcher.py: whale-launch, else sh + setpriv) that
+puts them in the run's cgroups and gives them PR_SET_PDEATHSIG(SIGKILL), so they die with the
+thread that started them (and with whale, even on kill -9).
 
 Memory (`Jailed.memory_cap`): "cgroup" where a memory cgroup is writable: the run as a whole
 (jail process, every child, its tmpfs scratch) is capped at `limits.memory_mb`, and RLIMIT_AS
@@ -48,12 +51,10 @@ tree); scratch size and uid separation in `unsafe` mode; seccomp syscall filteri
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import hashlib
 import json
 import os
-import resource
 import shutil
 import signal
 import subprocess
@@ -61,12 +62,13 @@ import sys
 import sysconfig
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import whale.harness.cgroups as cgroups
+import whale.harness.launcher as launcher
 import whale.harness.uids as uids
 from whale.errors import WhaleError
 from whale.harness.budget import Limits
@@ -151,76 +153,7 @@ def jail_mounts() -> Mounts:
 
 
 # -- the jail's first process -------------------------------------------------------------------
-_PR_SET_PDEATHSIG = 1
-_LIBC = ctypes.CDLL(None, use_errno=True)
 _JAIL_PROCESSES = {"nsjail": 1, "bwrap": 2, "unsafe": 0}  # the jail's own, in the run's cgroup
-
-
-# Joins the cgroup files named before "--", then execs the rest: run as the jail's first
-# program so that everything after it starts inside the run's cgroups.
-_JOIN = (
-    'while [ "$1" != -- ]; do echo 0 > "$1" || { echo "whale: cannot join $1" >&2; exit 126; }; '
-    'shift; done; shift; exec "$@"'
-)
-
-
-@functools.cache
-def _tools() -> tuple[str, str, str] | None:
-    """/bin/sh, setpriv and prlimit (util-linux), where all are installed."""
-    found = (shutil.which("sh", path="/bin:/usr/bin"), shutil.which("setpriv"),
-             shutil.which("prlimit"))  # fmt: skip
-    return None if None in found else found  # type: ignore[return-value]
-
-
-def _rlimits(limits: Limits) -> list[tuple[int, int, str]]:
-    mb = 1024 * 1024
-    return [
-        (resource.RLIMIT_AS, limits.memory_mb * mb, "as"),
-        (resource.RLIMIT_CPU, limits.cpu_s, "cpu"),
-        (resource.RLIMIT_FSIZE, limits.file_size_mb * mb, "fsize"),
-        (resource.RLIMIT_NOFILE, limits.open_files, "nofile"),
-        (resource.RLIMIT_NPROC, limits.processes, "nproc"),
-    ]
-
-
-def _launch(
-    cmd: list[str], group: cgroups.RunGroup | None, limits: Limits | None
-) -> tuple[list[str], Callable[[], None] | None]:
-    """How to start `cmd` so that it is in the run's cgroups from its first instruction, dies
-    with the thread that starts it (PR_SET_PDEATHSIG), and has `limits` as rlimits (where the
-    jail does not set them itself).
-
-    With sh, setpriv and prlimit this is a chain of execs (sh joins the cgroups, setpriv sets
-    the parent-death signal, prlimit the rlimits), which lets subprocess use vfork: a
-    preexec_fn forces a full fork of this process, slower the bigger the parent
-    (docs/measurements.md). Without those tools, the same steps run in a preexec_fn."""
-    tools = _tools()
-    if tools is None:
-        return cmd, _preexec(group, limits)
-    sh, setpriv, prlimit = tools
-    chain = [setpriv, "--pdeathsig", "KILL", "--"]
-    if limits is not None:
-        chain += [prlimit, *(f"--{name}={value}" for _, value, name in _rlimits(limits)), "--"]
-    if group is not None:
-        chain = [sh, "-c", _JOIN, "sh", *group.join_files, "--", *chain]
-    return chain + cmd, None
-
-
-def _preexec(group: cgroups.RunGroup | None, limits: Limits | None) -> Callable[[], None]:
-    """The same as `_launch`'s chain, in the child between fork and exec."""
-    parent = os.getpid()
-    rl = [] if limits is None else _rlimits(limits)
-
-    def apply() -> None:
-        if group is not None:
-            group.join()
-        _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before the line above
-            os._exit(1)
-        for res, value, _ in rl:
-            resource.setrlimit(res, (value, value))
-
-    return apply
 
 
 @dataclass
@@ -315,6 +248,9 @@ def leftovers() -> list[str]:
 @dataclass(frozen=True)
 class Sandbox:
     kind: SandboxKind = "auto"
+    # How the jail is started (launcher.py): "auto" takes the best way available; naming one
+    # that is not available fails the start (benchmarks and tests compare them).
+    launch: launcher.LaunchKind = "auto"
 
     def resolved(self) -> str:
         if self.kind == "auto":
@@ -345,6 +281,12 @@ class Sandbox:
     ) -> Jailed:
         """Start `argv` jailed. `ro_files` maps host paths to paths inside the jail."""
         kind = self.resolved()
+        how = launcher.resolve(self.launch)
+        if how is None:
+            raise SandboxUnavailable(
+                f"launch {self.launch!r} is not available here"
+                + (" (make launcher builds it)" if self.launch == "helper" else "")
+            )
         ro_files = ro_files or {}
         lease = group = None
         host = None
@@ -359,11 +301,11 @@ class Sandbox:
             if kind == "nsjail":
                 cmd, rl = _nsjail_argv(argv, limits, pass_fds, ro_files, uid), None
             elif kind == "bwrap":
-                cmd, rl = _bwrap_argv(argv, limits, ro_files, uid), limits
+                cmd, rl = _bwrap_argv(argv, limits, ro_files, uid, how), limits
             else:
                 host = tempfile.mkdtemp(prefix="whale-unsafe-")
                 cmd, rl = [_unsafe_path(a, ro_files) for a in argv], limits
-            cmd, preexec = _launch(cmd, group, rl)
+            cmd, preexec = launcher.launch(cmd, group, rl, how)
             proc = subprocess.Popen(
                 cmd,
                 stdin=stdin,
@@ -375,13 +317,15 @@ class Sandbox:
                 cwd=host,
                 env={"PATH": "/usr/bin:/bin"},
             )
-        except BaseException:
+        except BaseException as e:
             if group is not None:
                 group.remove()
             if lease is not None:
                 uids.POOL.give(lease)
             if host is not None:
                 shutil.rmtree(host, ignore_errors=True)
+            if isinstance(e, launcher.LauncherBuildError):  # the helper went away meanwhile
+                raise SandboxUnavailable(str(e)) from e
             raise
         cap = "cgroup" if group is not None and group.memory else "rlimit"
         return Jailed(proc, kind, uid=uid, host_dir=host, memory_cap=cap, group=group, lease=lease)
@@ -475,9 +419,18 @@ def _nsjail_config(ro_files: tuple[tuple[str, str], ...], scratch_bytes: int) ->
 
 
 def _bwrap_argv(
-    argv: Sequence[str], limits: Limits, ro_files: dict[str, str], uid: int | None
+    argv: Sequence[str], limits: Limits, ro_files: dict[str, str], uid: int | None, how: str
 ) -> list[str]:
-    cmd = ["bwrap", "--die-with-parent", "--new-session", "--clearenv"]
+    drop: list[str] = []
+    if uid is not None:  # as root: what runs first inside, to become the run's uid
+        if how == "helper":
+            drop, extra = launcher.drop_to(uid)
+            ro_files = {**ro_files, **extra}
+        else:
+            drop = [_setpriv(), "--reuid", str(uid), "--regid", str(uid), "--clear-groups",
+                    "--nnp", "--inh-caps=-all", "--"]  # fmt: skip
+    # bwrap dies with its parent (PR_SET_PDEATHSIG), and its children with it.
+    cmd = [_bwrap_binary(), "--die-with-parent", "--new-session", "--clearenv"]
     if uid is None:  # a normal user: a user namespace maps the caller's own uid
         cmd += ["--unshare-all", "--unshare-user", "--disable-userns"]
     else:  # root: no user namespace (it would map the harness to uid 0 on the host)
@@ -503,11 +456,15 @@ def _bwrap_argv(
         cmd += ["--ro-bind", h, dest]
     cmd += ["--perms", "0777", "--size", str(limits.scratch_mb * 1024 * 1024), "--tmpfs", "/work",
             "--remount-ro", "/", "--chdir", "/work", "--"]  # fmt: skip
-    if uid is not None:
-        setpriv = _setpriv()
-        cmd += [setpriv, "--reuid", str(uid), "--regid", str(uid), "--clear-groups", "--nnp",
-                "--inh-caps=-all", "--"]  # fmt: skip
-    return cmd + list(argv)
+    return cmd + drop + list(argv)
+
+
+@functools.cache
+def _bwrap_binary() -> str:
+    path = shutil.which("bwrap")  # an absolute path: the helper execs without a PATH search
+    if path is None:
+        raise SandboxUnavailable("bwrap requested but not found (apt-get install bubblewrap)")
+    return os.path.abspath(path)
 
 
 @functools.cache

@@ -5,15 +5,24 @@ counts that run alone and a kill by uid reaches all of it. A uid is held by an e
 `flock` on LOCK_DIR/<uid> (a root-owned folder, mode 0700) for the whole run; the kernel drops
 the lock when its holder exits, so the uids of a whale killed with -9 free themselves.
 
-A uid is checked empty (no process in /proc has it as real, effective, saved or filesystem uid)
-when it is taken, which covers the leftovers of a dead owner, and again when it is given back
-unless the run's cgroup was seen empty after the kill. Found processes are killed (`kill_uid`)
-and the check repeated; a uid that cannot be emptied within `empty_timeout_s` stays locked by
-this process and is never handed out again (`UidPool.quarantined`; `leftovers()` names its
-processes).
+A uid goes back to the pool only empty: when it is given back, the run's cgroup was seen empty
+after the kill, or else /proc is scanned (no process has it as real, effective, saved or
+filesystem uid) and what is found is killed (`kill_uid`) and the check repeated. A uid that
+cannot be emptied within `empty_timeout_s` stays locked by this process and is never handed out
+again (`UidPool.quarantined`; `leftovers()` names its processes).
+
+The lock file remembers it: its one byte is CLEAN once its last holder saw the uid empty, and
+BUSY from the moment a holder takes it. Taking a CLEAN uid needs no /proc scan (a scan reads
+every process's status: 2.6 ms of whale's CPU per run with 114 processes on the machine, more
+with more, by `python -m benchmarks.jail_start`); a BUSY or unmarked one, left by a holder
+that died or quit before giving it back, is scanned and emptied first. No process of a pool
+uid can appear without a holder: only root makes one (a whale run, which holds the lock).
 
 Not covered: a uid outside the range used by something else on the machine (pick BASE so the
-range is free); a process stuck in uninterruptible sleep cannot be killed by anyone.
+range is free); a process stuck in uninterruptible sleep cannot be killed by anyone; a whale
+from before the marks, running on the same machine, takes CLEAN uids without marking them
+BUSY, so a run it leaves behind when it dies is found only by the reaping of stale run cgroups
+(cgroups.py), not by this check.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 BASE, SIZE = 200_000, 4096
+CLEAN, BUSY = b"c", b"b"  # the lock file's one byte: its last holder saw the uid empty, or not
 
 
 class UidPoolError(RuntimeError):
@@ -196,9 +206,17 @@ class UidPool:
             fd = self._try_lock(uid)
             if fd is None:
                 continue
-            if scan((uid,)) and not empty_uid(uid, self.empty_timeout_s):
-                self._quarantine(uid, fd)
-                continue
+            try:
+                clean = os.pread(fd, 1, 0) == CLEAN
+                if not clean and scan((uid,)) and not empty_uid(uid, self.empty_timeout_s):
+                    self._quarantine(uid, fd)
+                    continue
+                # Before any process of this uid can exist: a holder that dies leaves it BUSY.
+                if os.pwrite(fd, BUSY, 0) != 1:
+                    raise OSError(f"cannot mark uid {uid} busy")
+            except OSError as e:
+                os.close(fd)  # unmarked, so unused: its mark still tells the truth
+                raise UidPoolError(f"uid lock file {uid}: {e}") from e
             with self._lock:
                 self._cursor = (uid - self.base + 1) % self.size
             return UidLease(uid, fd)
@@ -215,12 +233,17 @@ class UidPool:
         if lease.fd < 0:
             return True
         fd, lease.fd = lease.fd, -1
-        if known_empty:
-            os.close(fd)
-            return True
-        if scan((lease.uid,)) and not empty_uid(lease.uid, self.empty_timeout_s):
-            self._quarantine(lease.uid, fd)
+        if (
+            not known_empty
+            and scan((lease.uid,))
+            and not empty_uid(lease.uid, self.empty_timeout_s)
+        ):
+            self._quarantine(lease.uid, fd)  # stays BUSY, and locked by this process
             return False
+        try:
+            os.pwrite(fd, CLEAN, 0)  # the next holder need not scan (if this fails: it scans)
+        except OSError:
+            pass
         os.close(fd)  # drops the flock
         return True
 

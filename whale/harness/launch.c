@@ -1,0 +1,120 @@
+/* whale-launch: the one program between whale and a jail (whale/harness/launcher.py).
+
+   whale-launch [-j FILE]... [-r RESOURCE:VALUE]... [-p PID] [-u UID] -- PROGRAM [ARG]...
+
+   Each option in the order given, then PROGRAM is exec'd with the environment given:
+   -j FILE   writes "0" to FILE (a run cgroup's cgroup.procs): this process joins the cgroup,
+             and so does everything it starts, from its first instruction.
+   -r R:V    setrlimit(R, {V, V}); R is the platform's RLIMIT_* number.
+   -p PID    PR_SET_PDEATHSIG(SIGKILL), then exits if its parent is no longer PID (the parent
+             died before the signal was armed). Not with -u: a change of uid clears it.
+   -u UID    becomes UID for real, effective and saved uid and gid, with no supplementary
+             groups, no_new_privs and no capabilities (permitted, effective, inheritable,
+             ambient); checks that uid 0 cannot be regained.
+   It replaces `sh` (joining the cgroups), `setpriv --pdeathsig`, `prlimit` and, inside the
+   bubblewrap jail, `setpriv --reuid`, each an exec of its own. Any failure: a message on stderr
+   and exit 126, before PROGRAM runs. Built by `make launcher` (part of make install): launcher.build(). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/capability.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#ifndef PR_CAP_AMBIENT
+#define PR_CAP_AMBIENT 47
+#define PR_CAP_AMBIENT_CLEAR_ALL 4
+#endif
+
+static void fail(const char *what, const char *arg) {
+	fprintf(stderr, "whale-launch: %s %s: %s\n", what, arg, errno ? strerror(errno) : "invalid");
+	_exit(126);
+}
+
+static unsigned long long number(const char *text, unsigned long long max) {
+	char *end;
+	errno = 0;
+	if (*text < '0' || *text > '9') fail("not a number:", text);
+	unsigned long long v = strtoull(text, &end, 10);
+	if (errno || *end || v > max) fail("not a number:", text);
+	return v;
+}
+
+static void join(const char *file) {
+	int fd = open(file, O_WRONLY | O_CLOEXEC);
+	if (fd < 0 || write(fd, "0", 1) != 1) fail("cannot join", file);
+	close(fd);
+}
+
+static void limit(const char *spec) {
+	const char *colon = strchr(spec, ':');
+	if (colon == NULL || colon == spec) fail("bad rlimit", spec);
+	char res[16];
+	size_t n = (size_t)(colon - spec);
+	if (n >= sizeof(res)) fail("bad rlimit", spec);
+	memcpy(res, spec, n);
+	res[n] = 0;
+	struct rlimit rl;
+	rl.rlim_cur = rl.rlim_max = (rlim_t)number(colon + 1, (unsigned long long)RLIM_INFINITY);
+	if (setrlimit((int)number(res, RLIMIT_NLIMITS - 1), &rl) != 0) fail("cannot set rlimit", spec);
+}
+
+static void become(const char *text) {
+	uid_t id = (uid_t)number(text, 0x7fffffff);
+	if (id == 0) fail("refusing uid", text);
+	if (setgroups(0, NULL) != 0) fail("setgroups for", text);
+	if (setresgid(id, id, id) != 0) fail("setresgid", text);
+	if (setresuid(id, id, id) != 0) fail("setresuid", text);
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) fail("no_new_privs for", text);
+	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL)
+		fail("clearing ambient capabilities for", text);
+	struct __user_cap_header_struct head = {_LINUX_CAPABILITY_VERSION_3, 0};
+	struct __user_cap_data_struct none[_LINUX_CAPABILITY_U32S_3];
+	memset(none, 0, sizeof(none));
+	if (syscall(SYS_capset, &head, none) != 0) fail("clearing capabilities for", text);
+	uid_t r, e, s;
+	if (getresuid(&r, &e, &s) != 0 || r != id || e != id || s != id) fail("uid check", text);
+	errno = 0;
+	if (setuid(0) == 0) fail("uid 0 still reachable from", text);
+}
+
+int main(int argc, char **argv, char **envp) {
+	int i = 1;
+	for (; i < argc; i++) {
+		const char *opt = argv[i];
+		if (strcmp(opt, "--") == 0) break;
+		if (i + 1 >= argc || opt[0] != '-' || opt[1] == 0 || opt[2] != 0) fail("bad option", opt);
+		const char *arg = argv[++i];
+		switch (opt[1]) {
+		case 'j':
+			join(arg);
+			break;
+		case 'r':
+			limit(arg);
+			break;
+		case 'p':
+			if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) fail("pdeathsig", arg);
+			if (getppid() != (pid_t)number(arg, 0x7fffffff)) _exit(126); /* parent gone */
+			break;
+		case 'u':
+			become(arg);
+			break;
+		default:
+			fail("bad option", opt);
+		}
+	}
+	if (i + 1 >= argc) {
+		errno = 0;
+		fail("no program after", "--");
+	}
+	execve(argv[i + 1], argv + i + 1, envp);
+	fail("cannot run", argv[i + 1]);
+	return 126;
+}
