@@ -29,5 +29,5 @@ done
 # The cotrain solver is the 1.5B: under the 0.5B the SDK agent had no accepted rollout to train
 # on (0 of 10 on a selection pool of task seed 1000; the rule is in README.md).
 step "$OUT/cotrain-agents_sdk-1.5b" cotrain --harness examples/frameworks/agents_sdk.py \
-    --solver qwen-coder-1.5b --schedule weight-only --rollouts 96 --g 4 \
+    --solver qwen-coder-1.5b --schedule weight-only --rollouts 16 --g 4 \
     --train 48 --eval 40 --validation 0
