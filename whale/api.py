@@ -60,6 +60,7 @@ from whale.runs.given import (
 )
 from whale.runs.result import Reading, Run
 from whale.runs.setup import check_operator, load_harness, load_task, resolve
+from whale.runs.trained import check_evaluate_new, copy_adapters
 from whale.tasks import Task
 
 __all__ = [
@@ -294,12 +295,14 @@ def _weights(kind: str, resume: PathArg, config: Any, overrides: Overrides,
 def train_proposer(
     stage: Literal["sft", "grpo", "evaluate"], run: PathArg = None, *, config: Any = None,
     fields: Fields = None, overrides: Overrides = (), unsafe_no_sandbox: bool = False,
-    say: Say = _quiet,
+    say: Say = _quiet, trained_from: PathArg = None,
 ) -> Run:  # fmt: skip
     """Train the proposer (`whale train-proposer sft | grpo | evaluate`) on one run
     directory and one config: `sft` makes the directory when `run` is None; `grpo` and
-    `evaluate` continue it; a stage run again on it resumes. Precedence: the saved config <
-    `fields` (dotted: `{"grpo.updates": 2}`) < `config` < `overrides`."""
+    `evaluate` continue it; a stage run again on it resumes. `evaluate` may also start a
+    directory of its own (`run` new or empty) with `trained_from=RUN`: RUN's adapters are
+    copied in and read as its `sft` / `grpo` (`whale.runs.trained`). Precedence: the saved
+    config < `fields` (dotted: `{"grpo.updates": 2}`) < `config` < `overrides`."""
     from whale.train.proposer import run as runmod
 
     if stage not in ("sft", "grpo", "evaluate"):
@@ -311,12 +314,14 @@ def train_proposer(
         given["runtime.sandbox"] = "unsafe"
     if run_dir is not None and run_dir.exists() and not run_dir.is_dir():
         raise RunDirError(f"--run {run_dir}: exists and is not a directory").at("run")
+    fresh = True  # no config.toml in run_dir: sft (or evaluate, below) starts the run there
     if run_dir is not None and (run_dir / "config.toml").is_file():
+        fresh = False
         if dataclasses.is_dataclass(config):
             raise cfgmod.ConfigError(f"config: {run_dir} holds the run's config.toml; give "
                                      "`fields` or `overrides` to change it").at("config")
         base: Any = load_run_config(run_dir, runmod.ProposerTrainConfig)
-    elif stage != "sft":
+    elif stage == "grpo" or run_dir is None and stage == "evaluate":
         raise RunDirError(f"--run {run_dir}: no config.toml there (start with `whale "
                           "train-proposer sft`)" if run_dir is not None else
                           f"train-proposer {stage}: --run DIR (the directory `sft` made) is "
@@ -330,6 +335,13 @@ def train_proposer(
         raise cfgmod.ConfigError("runtime.sandbox = 'unsafe' runs model-written code WITHOUT "
                                  "isolation: give --unsafe-no-sandbox to mean it (every "
                                  "command of the run needs it)").at("runtime.sandbox")
+    source = None if trained_from is None else Path(trained_from)
+    if source is not None and (stage != "evaluate" or run_dir is None):
+        raise cfgmod.ConfigError("trained_from: only `evaluate` on a run directory of its own "
+                                 "(`run`) reads another run's proposers"
+                                 ).at("trained_from")  # fmt: skip
+    if stage == "evaluate" and fresh and run_dir is not None:
+        check_evaluate_new(run_dir, cfg.evaluate.subject, cfg.evaluate.against, source)
     _check_services(cfg)
     if run_dir is None:
         run_dir, lock = new_run_dir(cfg.out, "train-proposer", f"{len(cfg.families.sft)}-families")
@@ -339,6 +351,8 @@ def train_proposer(
     stages = {"sft": runmod.run_sft, "grpo": runmod.run_grpo, "evaluate": runmod.run_evaluate}
     try:
         with _in_run(run_dir):
+            if source is not None:
+                copy_adapters(source, run_dir)
             runmod.open_run(cfg, run_dir)
             result = stages[stage](cfg, run_dir, say)
     finally:

@@ -12,6 +12,7 @@ from whale.cli import (  # noqa: F401  (each module registers its commands on `a
     cotrain,
     diagnose,
     evaluate,
+    experiment,
     index,
     models,
     report,

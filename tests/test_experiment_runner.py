@@ -1,0 +1,331 @@
+"""The experiment runner on a fake step (no model): the config file and its scales, the
+placeholders and their errors, skipping finished steps, resuming a started one, refusing a
+changed config, and the command's exits."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import whale
+from whale.cli import app
+from whale.config import ConfigError
+from whale.experiments import StepChanged, run_experiment
+from whale.experiments import runner as runmod
+from whale.experiments.records import read_step, whale_commit
+from whale.experiments.spec import check_references, load_spec, resolve
+
+EXP = """
+name = "demo"
+[vars]
+model = "m-small"
+n = 3
+[[steps]]
+name = "first"
+kind = "evaluate"
+model.name = "{vars.model}"
+n = "{vars.n}"
+[[steps]]
+name = "second"
+kind = "evaluate"
+task.id = "rg:x"
+harness = "{first.dir}/harness.py"
+n = "{vars.n}"
+[scale.toy.vars]
+model = "m-toy"
+[scale.toy.steps.second]
+n = 1
+[scale.tiny]
+extends = "toy"
+vars.n = 2
+"""
+
+
+def write(tmp_path: Path, text: str = EXP) -> Path:
+    d = tmp_path / "exp"
+    d.mkdir(exist_ok=True)
+    (d / "experiment.toml").write_text(text)
+    return d
+
+
+class FakeSteps:
+    """Stands in for `run_step`: records each call, can fail at a chosen call."""
+
+    def __init__(self, fail_at: int | None = None, exc: BaseException | None = None) -> None:
+        self.calls: list[tuple[str, dict]] = []
+        self.fail_at, self.exc = fail_at, exc
+
+    def __call__(self, step, step_dir, fields, say):
+        self.calls.append((step.name, fields))
+        step_dir.mkdir(parents=True, exist_ok=True)
+        if self.fail_at is not None and len(self.calls) == self.fail_at:
+            raise self.exc or KeyboardInterrupt()
+        return {"dir": str(step_dir)}
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    steps = FakeSteps()
+    monkeypatch.setattr(runmod, "run_step", steps)
+    return steps
+
+
+# --- the file and its scales ------------------------------------------------------------------
+
+
+def test_a_scale_merges_over_the_file_and_extends_another(tmp_path):
+    d = write(tmp_path)
+    small, toy, tiny = (load_spec(d, s) for s in ("small", "toy", "tiny"))
+    assert small.vars == {"model": "m-small", "n": 3} and toy.vars["model"] == "m-toy"
+    assert toy.step("second").fields["n"] == 1 and small.step("second").fields["n"] == "{vars.n}"
+    assert tiny.vars == {"model": "m-toy", "n": 2} and tiny.step("second").fields["n"] == 1
+    assert len({small.sha256, toy.sha256, tiny.sha256}) == 3
+
+
+@pytest.mark.parametrize(("text", "field"), [
+    (EXP.replace('kind = "evaluate"', 'kind = "train"', 1), "steps.first.kind"),
+    (EXP.replace('n = "{vars.n}"\n[[steps]]', 'n = 1\nout = "/tmp/x"\n[[steps]]'),
+     "steps.first.out"),
+    (EXP.replace('name = "second"', 'name = "first"'), "steps.first"),
+    (EXP + "[scale.toy.steps.third]\nn = 1\n", "scale.toy.steps.third"),
+    (EXP.replace('[scale.tiny]\nextends = "toy"', '[scale.tiny]\nextends = "tiny"'),
+     "scale.tiny.extends"),
+])  # fmt: skip
+def test_a_malformed_experiment_is_a_config_error_naming_the_field(tmp_path, text, field):
+    with pytest.raises(ConfigError) as e:
+        load_spec(write(tmp_path, text), "tiny")
+    assert e.value.field == field
+
+
+def test_an_unknown_scale_names_the_known_ones(tmp_path):
+    with pytest.raises(ConfigError, match="known: small, tiny, toy"):
+        load_spec(write(tmp_path), "paper")
+
+
+# --- placeholders -----------------------------------------------------------------------------
+
+
+def test_a_whole_placeholder_keeps_its_type_and_text_ones_are_written_in(tmp_path):
+    spec = load_spec(write(tmp_path))
+    got = resolve(spec.step("second"), spec.vars, {"first": {"dir": "/runs/first"}})
+    assert got["n"] == 3 and got["harness"] == "/runs/first/harness.py"
+
+
+def test_an_index_and_escaped_braces(tmp_path):
+    text = EXP.replace('task.id = "rg:x"', 'task.id = "{vars.fams[1]}"\ndesc = "{{x}} {vars.n}"')
+    text = text.replace("n = 3\n", 'n = 3\nfams = ["rg:a", "rg:b"]\n', 1)
+    spec = load_spec(write(tmp_path, text))
+    got = resolve(spec.step("second"), spec.vars, {"first": {"dir": "/d"}})
+    assert got["task"]["id"] == "rg:b" and got["desc"] == "{x} 3"
+
+
+@pytest.mark.parametrize(("ref", "says"), [
+    ("{vars.nope}", "no var 'nope'"),
+    ("{third.dir}", "no step 'third'"),
+    ("{second.dir}", "step 'second' runs after 'first'"),
+    ("{first.stagewise}", "has no output 'stagewise'"),
+    ("{not a ref}", "is not a placeholder"),
+])  # fmt: skip
+def test_an_unknown_reference_is_an_error_naming_it_and_the_field(tmp_path, ref, says):
+    if ref == "{second.dir}":
+        where, text = "steps.first.model.name", EXP.replace('"{vars.model}"', f'"{ref}"')
+    else:
+        where, text = "steps.second.harness", EXP.replace('"{first.dir}/harness.py"', f'"{ref}"')
+    with pytest.raises(ConfigError) as e:
+        check_references(load_spec(write(tmp_path, text)))
+    assert says in str(e.value) and ref in str(e.value) and e.value.field == where
+
+
+def test_an_index_out_of_range_is_found_when_the_step_resolves(tmp_path):
+    text = EXP.replace('task.id = "rg:x"', 'task.id = "{first.dir[3]}"')
+    spec = load_spec(write(tmp_path, text))
+    check_references(spec)
+    with pytest.raises(ConfigError, match=r"\{first.dir\[3\]\}.*has no item 3"):
+        resolve(spec.step("second"), spec.vars, {"first": {"dir": ["a"]}})
+
+
+# --- the runner -------------------------------------------------------------------------------
+
+
+def test_finished_steps_are_skipped_and_their_outputs_reach_later_steps(tmp_path, fake):
+    d, runs = write(tmp_path), tmp_path / "runs"
+    got = run_experiment(d, runs)
+    assert [a["action"] for a in got.steps] == ["started", "started"]
+    root = runs / "demo" / "small"
+    assert got.root == root.resolve()
+    assert fake.calls[1][1]["harness"] == f"{root.resolve()}/first/harness.py"
+    rec = read_step(got.root, "first")
+    assert rec is not None and rec.state == "finished" and rec.commits == [whale_commit()]
+    again = run_experiment(d, runs)
+    assert [a["action"] for a in again.steps] == ["skipped", "skipped"] and len(fake.calls) == 2
+    record = json.loads((got.root / "_experiment.json").read_text())
+    assert len(record["invocations"]) == 2 and record["config_sha256"] == got.config_sha256
+
+
+def test_a_scale_runs_in_its_own_folder(tmp_path, fake):
+    d, runs = write(tmp_path), tmp_path / "runs"
+    run_experiment(d, runs, "toy")
+    assert (runs / "demo" / "toy" / "_steps" / "second.json").is_file()
+    assert not (runs / "demo" / "small").exists()
+
+
+def test_an_interrupted_step_stays_started_and_is_resumed(tmp_path, monkeypatch):
+    d, runs = write(tmp_path), tmp_path / "runs"
+    monkeypatch.setattr(runmod, "run_step", FakeSteps(fail_at=2))
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(d, runs)
+    root = (runs / "demo" / "small").resolve()
+    assert read_step(root, "first").state == "finished"  # type: ignore[union-attr]
+    assert read_step(root, "second").state == "started"  # type: ignore[union-attr]
+    steps = FakeSteps()
+    monkeypatch.setattr(runmod, "run_step", steps)
+    got = run_experiment(d, runs)
+    assert [a["action"] for a in got.steps] == ["skipped", "resumed"]
+    assert [c[0] for c in steps.calls] == ["second"]
+
+
+def test_a_changed_config_of_a_finished_step_is_refused_naming_step_and_field(tmp_path, fake):
+    d, runs = write(tmp_path), tmp_path / "runs"
+    run_experiment(d, runs)
+    (d / "experiment.toml").write_text(EXP.replace('model = "m-small"', 'model = "m-other"'))
+    with pytest.raises(StepChanged) as e:
+        run_experiment(d, runs)
+    text = " ".join(str(e.value).split())
+    assert e.value.field == "steps.first" and "'first'" in text
+    assert "fields.model.name was 'm-small', now 'm-other'" in text and "finished" in text
+    assert len(fake.calls) == 2
+
+
+def test_a_changed_config_of_a_started_step_is_refused(tmp_path, monkeypatch):
+    d, runs = write(tmp_path), tmp_path / "runs"
+    monkeypatch.setattr(runmod, "run_step", FakeSteps(fail_at=2))
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(d, runs)
+    (d / "experiment.toml").write_text(EXP.replace('task.id = "rg:x"', 'task.id = "rg:y"'))
+    steps = FakeSteps()
+    monkeypatch.setattr(runmod, "run_step", steps)
+    with pytest.raises(
+        StepChanged,
+        match=r"'second': fields.task.id was 'rg:x', now 'rg:y'.*"
+        r"was started",
+    ):
+        run_experiment(d, runs)
+    assert steps.calls == []  # refused before anything ran
+
+
+def test_a_step_whose_folder_moved_with_its_records_keeps_its_hash(tmp_path, fake):
+    d = write(tmp_path)
+    run_experiment(d, tmp_path / "runs")
+    (tmp_path / "runs").rename(tmp_path / "moved")
+    got = run_experiment(d, tmp_path / "moved")
+    assert [a["action"] for a in got.steps] == ["skipped", "skipped"]
+
+
+# --- the command ------------------------------------------------------------------------------
+
+
+def test_the_command_prints_json_and_a_bad_reference_exits_2(tmp_path, fake):
+    d = write(tmp_path)
+    r = CliRunner().invoke(app, ["experiment", "run", str(d), "--runs", str(tmp_path / "r"),
+                                 "--json"], catch_exceptions=False)  # fmt: skip
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output.strip().splitlines()[-1])
+    assert out["experiment"] == "demo" and [s["step"] for s in out["steps"]] == ["first", "second"]
+    bad = write(tmp_path, EXP.replace('"{vars.model}"', '"{vars.modle}"'))
+    r2 = CliRunner().invoke(app, ["experiment", "run", str(bad), "--runs", str(tmp_path / "r2")])
+    assert r2.exit_code == 2 and "no var 'modle'" in r2.output
+
+
+def test_ctrl_c_exits_130_and_says_how_to_continue(tmp_path, monkeypatch):
+    from whale.errors import RunInterrupted
+
+    d = write(tmp_path)
+    monkeypatch.setattr(
+        runmod, "run_step", FakeSteps(fail_at=1, exc=RunInterrupted(tmp_path / "x"))
+    )
+    r = CliRunner().invoke(app, ["experiment", "run", str(d), "--runs", str(tmp_path / "r"),
+                                 "--scale", "toy"])  # fmt: skip
+    assert r.exit_code == 130
+    assert f"whale experiment run {d} --scale toy --runs {tmp_path / 'r'}" in \
+        " ".join(r.output.split())  # fmt: skip
+
+
+# --- train-proposer evaluate on a directory of its own (the format step) ------------------------
+
+
+def test_evaluate_of_trained_stages_on_a_new_directory_needs_trained_from(tmp_path):
+    fields = {"families": {"eval": ["rg:lcm"]}, "evaluate": {"subject": "grpo"}}
+    with pytest.raises(whale.WhaleError) as e:
+        whale.train_proposer("evaluate", tmp_path / "new", fields=fields)
+    assert e.value.field == "run" and "trained_from" in str(e.value)
+    with pytest.raises(whale.WhaleError) as e2:  # a run with no grpo adapter
+        whale.train_proposer("evaluate", tmp_path / "new", fields=fields, trained_from=tmp_path)
+    assert e2.value.field == "trained_from" and "no grpo adapter" in str(e2.value)
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "other.txt").write_text("x")
+    with pytest.raises(whale.WhaleError) as e3:
+        whale.train_proposer("evaluate", tmp_path / "full",
+                             fields={**fields, "evaluate": {"subject": "base",
+                                                            "against": ["teacher"]}})  # fmt: skip
+    assert e3.value.field == "run" and "not empty" in str(e3.value)
+    assert not (tmp_path / "new").exists()  # refused before anything was made
+
+
+def test_trained_from_is_for_evaluate_only(tmp_path):
+    with pytest.raises(ConfigError) as e:
+        whale.train_proposer("sft", tmp_path / "run", trained_from=tmp_path)
+    assert e.value.field == "trained_from" and not (tmp_path / "run").exists()
+
+
+def test_the_adapters_are_copied_once_and_a_resume_must_name_the_same_run(tmp_path):
+    from whale.models import PROPOSER_MARKER
+    from whale.runs.trained import copy_adapters
+
+    for run in ("a", "b"):
+        adapter = tmp_path / run / "grpo" / "adapter"
+        adapter.mkdir(parents=True)
+        (adapter / PROPOSER_MARKER).write_text(run)
+    dest = tmp_path / "eval"
+    dest.mkdir()
+    assert copy_adapters(tmp_path / "a", dest)["stages"] == ["grpo"]
+    assert (dest / "grpo" / "adapter" / PROPOSER_MARKER).read_text() == "a"
+    assert not (dest / "sft").exists()
+    copy_adapters(tmp_path / "a", dest)  # a resume from the same run
+    with pytest.raises(whale.WhaleError) as e:
+        copy_adapters(tmp_path / "b", dest)
+    assert e.value.field == "trained_from"
+    (tmp_path / "b" / "config.toml").write_text("")  # a run that trained its own
+    with pytest.raises(whale.WhaleError, match="a run of its own"):
+        copy_adapters(tmp_path / "a", tmp_path / "b")
+
+
+# --- the two experiments' files ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("experiment", ["harness-learning", "whale"])
+@pytest.mark.parametrize("scale", ["small", "toy", "paper"])
+def test_every_step_of_every_scale_builds_its_kinds_config(experiment, scale):
+    """A typo in a field of the last step is found now, not hours into a run: each step's
+    fields, with plausible outputs of the steps before it, build the kind's checked config."""
+    from whale import config as cfgmod
+    from whale.analysis.diagnose import DiagnoseConfig
+    from whale.experiments.select import SelectConfig
+    from whale.schedule.cotrain import CotrainConfig
+    from whale.train.proposer.run import ProposerTrainConfig
+
+    kinds = {"select": SelectConfig, "diagnose": DiagnoseConfig, "cotrain": CotrainConfig,
+             "train_proposer": ProposerTrainConfig}  # fmt: skip
+    fams = ["rg:basic_arithmetic", "rg:count_bits", "rg:leg_counting", "rg:lcm"]
+    spec = load_spec(Path(__file__).parents[1] / "experiments" / experiment, scale)
+    check_references(spec)
+    outputs: dict[str, dict] = {}
+    for step in spec.steps:
+        fields = resolve(step, spec.vars, outputs)
+        fields.pop("trained_from", None)
+        cfgmod.build(kinds[step.kind], fields)
+        lists = {n: fams[i : i + 1] for i, n in enumerate(fields.get("lists", {}))}
+        outputs[step.name] = {"dir": f"/runs/{step.name}", "stagewise": [0.5, 2], **lists,
+                              **{f"{n}_format": v for n, v in lists.items()}}  # fmt: skip

@@ -1,0 +1,150 @@
+"""The `select` step's rule: accuracy bounds, the seeded assignment that never splits generator
+twins, a required variant, the shortfall error naming the rule and the counts, and the step
+itself resuming family by family."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from whale import config as cfgmod
+from whale.experiments.select import (
+    SelectConfig,
+    SelectionShort,
+    assign,
+    choose,
+    run_select,
+    units,
+)
+from whale.train.proposer.contexts import twin_groups
+
+
+def config(**kw) -> SelectConfig:
+    base = {"candidates": [f"rg:f{i}" for i in range(10)], "n": 10, "accuracy": [0.1, 0.6],
+            "lists": {"a": 2, "b": 1}}  # fmt: skip
+    return cfgmod.build(SelectConfig, {**base, **kw})
+
+
+def readings(cfg: SelectConfig, correct: dict[str, int] | None = None) -> dict:
+    return {f: ((correct or {}).get(f, 3), cfg.n) for f in cfg.candidates}
+
+
+def test_the_bounds_are_inclusive_and_families_outside_them_are_left_out():
+    cfg = config(lists={"a": 2})
+    got = choose(cfg, readings(cfg, {"rg:f0": 1, "rg:f1": 6, "rg:f2": 0, "rg:f3": 7}))
+    passed = set(got.passed)
+    assert {"rg:f0", "rg:f1"} <= passed  # 0.1 and 0.6 exactly
+    assert not {"rg:f2", "rg:f3"} & passed
+    rows = {r["family"]: r for r in got.families}
+    assert rows["rg:f2"]["passed"] is False and rows["rg:f2"]["accuracy"] == 0.0
+
+
+def test_generator_twins_are_one_unit_taken_transitively():
+    fams = ["rg:gcd", "rg:lcm", "rg:chain_sum", "rg:products", "rg:decimal_chain_sum", "rg:maze"]
+    assert units(fams) == [("rg:chain_sum", "rg:decimal_chain_sum", "rg:products"),
+                           ("rg:gcd", "rg:lcm"), ("rg:maze",)]  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_no_seed_splits_twins_across_lists(seed):
+    passed = [
+        "rg:gcd",
+        "rg:lcm",
+        "rg:chain_sum",
+        "rg:products",
+        "rg:maze",
+        "rg:count_bits",
+        "rg:leg_counting",
+        "rg:letter_counting",
+        "rg:mini_sudoku",
+        "rg:sudoku",
+    ]
+    lists, left = assign(passed, {"sft": 4, "rl": 2, "unseen": 3}, {}, seed)
+    where = {f: n for n, fams in lists.items() for f in fams}
+    where |= dict.fromkeys(left, "unassigned")
+    for group in twin_groups():
+        present = {where[f] for f in group if f in where}
+        assert len(present) <= 1, (group, present)
+    assert sorted(sum(lists.values(), []) + left) == sorted(passed)
+
+
+def test_the_shuffle_is_seeded():
+    passed = [f"rg:f{i}" for i in range(12)]
+    lists = {"a": 4, "b": 4}
+    assert assign(passed, lists, {}, 3) == assign(passed, lists, {}, 3)
+    assert any(assign(passed, lists, {}, 3) != assign(passed, lists, {}, s) for s in range(4, 9))
+
+
+def test_a_required_variant_fills_that_list_with_families_that_offer_it():
+    passed = ["rg:a", "rg:b", "rg:c", "rg:d"]
+    fmt_ok = {"rg:c", "rg:d"}
+    lists, _ = assign(passed, {"x": 2, "y": 2}, {"y": "format"}, 0,
+                      lambda f, v: f in fmt_ok)  # fmt: skip
+    assert set(lists["y"]) == fmt_ok and set(lists["x"]) == {"rg:a", "rg:b"}
+
+
+def test_too_few_passing_families_is_an_error_naming_the_rule_and_counts(tmp_path):
+    cfg = config(lists={"sft": 3, "unseen": 2})
+    got = choose(cfg, readings(cfg, {f"rg:f{i}": 0 for i in range(7)}))  # 3 pass
+    assert got.short is not None
+    text = " ".join(got.short.split())
+    assert "3 of 10 candidate families passed" in text and "[0.1, 0.6] on 10 questions" in text
+    assert "sft 3 + unseen 2 = 5" in text and "not lowered" in text
+
+
+def test_the_step_reads_each_family_once_and_writes_selection_json(tmp_path):
+    calls = []
+
+    def evaluate(out, fields):
+        calls.append(fields["task"]["id"])
+        out.mkdir(parents=True)
+        acc = 0.3 if fields["task"]["id"] != "rg:f9" else 0.0
+        (out / "summary.json").write_text(json.dumps({"accuracy": acc, "n": fields["n"]}))
+        return SimpleNamespace(
+            held_out={"harness": SimpleNamespace(correct=round(acc * 10), n=fields["n"])}
+        )
+
+    fields = {
+        "candidates": [f"rg:f{i}" for i in range(10)],
+        "n": 10,
+        "lists": {"a": 2, "b": 1},
+        "variants": ["format"],
+        "task_seed": 77,
+        "eval": {"harness": "single_call"},
+    }
+    out = run_select(fields, tmp_path / "select", evaluate, lambda s: None)
+    assert len(calls) == 10 and len(out["a"]) == 2 and len(out["b"]) == 1
+    assert "rg:f9" not in out["families"] and out["a_format"] == []  # no rule for rg:f*
+    sel = json.loads((tmp_path / "select" / "selection.json").read_text())
+    assert sel["rule"]["task_seed"] == 77 and sel["short"] is None
+    # resumed: every family is read back from its run, none evaluated again
+    assert run_select(fields, tmp_path / "select", evaluate, lambda s: None) == out
+    assert len(calls) == 10
+
+
+def test_the_step_refuses_to_fill_short_lists(tmp_path):
+    def evaluate(out, fields):
+        out.mkdir(parents=True)
+        (out / "summary.json").write_text(json.dumps({"accuracy": 0.0, "n": fields["n"]}))
+        return SimpleNamespace(held_out={"harness": SimpleNamespace(correct=0, n=fields["n"])})
+
+    fields = {"candidates": ["rg:a", "rg:b"], "n": 4, "lists": {"a": 1}}
+    with pytest.raises(SelectionShort) as e:
+        run_select(fields, tmp_path / "s", evaluate, lambda s: None)
+    assert e.value.field == "lists" and "0 of 2 candidate families passed" in str(e.value)
+    assert json.loads((tmp_path / "s" / "selection.json").read_text())["short"]
+
+
+@pytest.mark.parametrize(("kw", "name"), [
+    ({"accuracy": [0.7, 0.2]}, "accuracy"),
+    ({"lists": {"dir": 1}}, "lists.dir"),
+    ({"require": {"c": "format"}}, "require.c"),
+    ({"eval": {"task": {"id": "rg:x"}}}, "eval.task.id"),
+    ({"candidates": ["rg:a", "rg:a"]}, "candidates"),
+])  # fmt: skip
+def test_a_bad_rule_is_a_config_error_naming_the_field(kw, name):
+    with pytest.raises(cfgmod.ConfigError) as e:
+        config(**kw)
+    assert e.value.field == name

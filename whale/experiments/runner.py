@@ -1,0 +1,158 @@
+"""`whale experiment run`: every step of an experiment, in order, resumably.
+
+    spec    = the experiment.toml at the scale asked for; every placeholder checked
+    for each step:
+        fields  = its config with the earlier steps' outputs and the vars put in
+        record  = what an earlier invocation recorded of it (ROOT/<name>/<scale>/_steps/)
+        a record whose config hash differs: refused (StepChanged names the step and field)
+        finished: skipped, its recorded outputs used
+        else:     recorded as started, then run (resumed where its operator had begun),
+                  then recorded as finished with its outputs
+
+A killed or interrupted runner, run again, skips what finished and resumes the step it was in
+through that operator's own resume, so nothing paid is paid twice (whale.experiments.steps says
+which kinds restart and why). Ctrl-C and SIGTERM stop the step in progress as they stop the
+command itself; its record stays `started`. Two runners on one experiment and scale are
+refused (the scale folder is locked).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from whale.experiments.records import (
+    StepRecord,
+    note_invocation,
+    now,
+    read_step,
+    step_path,
+    whale_commit,
+    write_step,
+)
+from whale.experiments.spec import (
+    BASE_SCALE,
+    Spec,
+    Step,
+    check_references,
+    digest,
+    load_spec,
+    resolve,
+    step_config,
+)
+from whale.experiments.steps import run_step, started
+from whale.runs import ResumeMismatch, changed_fields, hold_run_dir
+
+DEFAULT_RUNS = "~/whale-runs/experiments"
+Say = Callable[[str], None]
+
+
+class StepChanged(ResumeMismatch):
+    """A step that was started (or finished) under one config was asked to run under another."""
+
+
+@dataclass
+class Experiment:
+    name: str
+    scale: str
+    root: Path  # ROOT/<name>/<scale>: every step's folder and the runner's records
+    config_sha256: str
+    steps: list[dict[str, Any]] = field(default_factory=list)  # name, kind, dir, action, ...
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def scale_root(spec: Spec, runs: str | Path | None) -> Path:
+    return Path(runs if runs is not None else DEFAULT_RUNS).expanduser().resolve() / \
+        spec.name / spec.scale  # fmt: skip
+
+
+def run_experiment(directory: str | Path, runs: str | Path | None = None,
+                   scale: str = BASE_SCALE, say: Say = _quiet) -> Experiment:  # fmt: skip
+    """Run (or continue) the experiment in `directory` at `scale`; ROOT is `runs` (default
+    ~/whale-runs/experiments). Refusals are WhaleErrors; Ctrl-C raises RunInterrupted naming
+    the step's run directory."""
+    spec = load_spec(directory, scale)
+    check_references(spec)
+    root = scale_root(spec, runs)
+    root.mkdir(parents=True, exist_ok=True)
+    lock = hold_run_dir(root)
+    try:
+        note_invocation(root, spec.name, spec.scale, spec.path, spec.sha256)
+        result = Experiment(spec.name, spec.scale, root, spec.sha256)
+        outputs: dict[str, dict[str, Any]] = {}
+        for i, step in enumerate(spec.steps, 1):
+            fields = resolve(step, spec.vars, outputs)
+            config = step_config(step, fields, root)
+            record = read_step(root, step.name)
+            refuse_changed(step, record, config, root)
+            step_dir = root / step.name
+            if record is not None and record.state == "finished":
+                say(f"step {i}/{len(spec.steps)} {step.name}: finished earlier, skipped")
+                outputs[step.name] = {**record.outputs, "dir": str(step_dir)}
+                result.steps.append(_row(record, step_dir, "skipped"))
+                continue
+            action = "resumed" if started(step, step_dir) else "started"
+            say(f"step {i}/{len(spec.steps)} {step.name} ({step.kind}): {action} in {step_dir}")
+            record = _begin(root, step, config, record)
+            outputs[step.name] = _run_timed(root, record, step, step_dir, fields, say)
+            result.steps.append(_row(record, step_dir, action))
+    finally:
+        lock.release()
+    return result
+
+
+def refuse_changed(step: Step, record: StepRecord | None, config: dict[str, Any],
+                   root: Path) -> None:  # fmt: skip
+    """StepChanged when `record` was made under another config than `config`: a started
+    step's runs, and a finished step's results, came from the recorded one."""
+    if record is None or record.hash == digest(config):
+        return
+    changes = changed_fields(record.config, config)
+    name, old, new = changes[0] if changes else ("(config)", "?", "?")
+    more = f" (and {', '.join(c[0] for c in changes[1:])})" if len(changes) > 1 else ""
+    what = "finished; its results came" if record.state == "finished" else \
+        "was started; its runs so far came"  # fmt: skip
+    raise StepChanged(
+        f"step {step.name!r}: {name} was {old!r}, now {new!r}{more}. The step {what} from the "
+        f"recorded config ({step_path(root, step.name)}), so it cannot change: restore the "
+        f"config, or start the step anew by removing {root / step.name} and that record",
+        f"steps.{step.name}",
+    ).at(f"steps.{step.name}")
+
+
+def _begin(root: Path, step: Step, config: dict[str, Any],
+           record: StepRecord | None) -> StepRecord:  # fmt: skip
+    if record is None:
+        record = StepRecord(step.name, step.kind, digest(config), config, started_at=now())
+    commit = whale_commit()
+    if commit not in record.commits:
+        record.commits.append(commit)
+    write_step(root, record)  # before the step runs: a rerun knows it was started
+    return record
+
+
+def _run_timed(root: Path, record: StepRecord, step: Step, step_dir: Path,
+               fields: dict[str, Any], say: Say) -> dict[str, Any]:  # fmt: skip
+    """The step's outputs; its wall time is added to its record whether it finishes or not."""
+    t0 = time.monotonic()
+    try:
+        outputs = run_step(step, step_dir, fields, say)
+    except BaseException:
+        record.wall_s = round(record.wall_s + time.monotonic() - t0, 1)
+        write_step(root, record)
+        raise
+    record.wall_s = round(record.wall_s + time.monotonic() - t0, 1)
+    record.state, record.finished_at, record.outputs = "finished", now(), outputs
+    write_step(root, record)
+    return outputs
+
+
+def _row(record: StepRecord, step_dir: Path, action: str) -> dict[str, Any]:
+    return {"step": record.step, "kind": record.kind, "dir": str(step_dir), "action": action,
+            "hash": record.hash, "wall_s": record.wall_s}  # fmt: skip
