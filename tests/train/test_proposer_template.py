@@ -162,3 +162,48 @@ def test_the_cli_template_flag_sets_the_one_template(tmp_path, monkeypatch):
     r = runner.invoke(app, ["train-proposer", "sft", "--run", str(tmp_path / "r2"),
                             "--set", "propose.template=hinted"])  # fmt: skip
     assert r.exit_code == 2 and "contexts.template" in r.output and len(got) == 1
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_a_teacher_template_is_read_by_the_teacher_alone(tmp_path, monkeypatch):
+    """contexts.teacher_template = "hinted" under the default x_t: the teacher is asked with
+    the hinted rendering of each context, its kept edit is stored under the default rendering
+    (the prompt the trained proposer reads), and the summary names the prior."""
+    (tmp_path / "seed.py").write_text(SEED)
+    cfg = cfgmod.build(runmod.ProposerTrainConfig, {
+        "families": {"sft": ["test:a"], "rl": ["test:c"], "eval": ["test:d"]},
+        "contexts": {"dev": 12, "score": 6, "eval": 8, "feedback": 4, "contexts": 1,
+                     "seeds": [str(tmp_path / "seed.py")], "template": "default",
+                     "teacher_template": "hinted"},
+        "solver": {"name": "solver"}, "teacher": {"name": "teacher"}, "filter": {"g": 1},
+    })  # fmt: skip
+    teacher = ScriptedModel([GOOD_EDIT])
+    monkeypatch.setattr(runmod, "build_model",
+                        lambda m: teacher if m.name == "teacher" else prose_solver())  # fmt: skip
+    monkeypatch.setattr(runmod, "open_family", lambda fam, cs, run_dir, solver, rt: family_of(
+        fam, OffsetSum(BASES[fam]), cs, family_dir(run_dir, fam)))  # fmt: skip
+    monkeypatch.setattr(runmod.Session, "checkpoint", lambda self: (_ for _ in ()).throw(_Stop()))
+    run = tmp_path / "run"
+    runmod.open_run(cfg, run)
+    with pytest.raises(_Stop):  # stops where SFT would load the model: the teacher is done
+        runmod.run_sft(cfg, run, say=lambda m: None)
+    (asked,) = [m[-1]["content"] for m, _ in teacher.calls]
+    assert HINT in asked and PLAIN not in asked
+    kept = [json.loads(line) for line in (run / "teacher" / "kept.jsonl").read_text().splitlines()]
+    assert len(kept) == 1
+    stored = kept[0]["prompt"][0]["content"]
+    assert HINT not in stored and PLAIN in stored
+    # one context under two templates: the same harness and the same report in both
+    assert SEED.strip() in stored and SEED.strip() in asked
+    report = stored.split("# Execution report\n", 1)[1].split("\n# How to answer", 1)[0]
+    assert len(report) > 40 and report in asked
+    summary = json.loads((run / "teacher" / "summary.json").read_text())
+    assert summary["teacher_template"] == "hinted"
+
+
+def test_an_unknown_teacher_template_is_refused_naming_the_field(tmp_path):
+    with pytest.raises(cfgmod.ConfigError, match="teacher_template: 'nope'"):
+        ContextSettings(teacher_template="nope").validate()

@@ -145,6 +145,11 @@ class ContextSettings:
     # evaluate's contexts) and evaluate's ratchet rounds. "default" (the paper's x_t, no hint),
     # "hinted" (a human prior), or a path (whale.revise.proposer.load_template).
     template: str = "default"
+    # The teacher's template, where it differs ("": contexts.template): a human prior given to
+    # the teacher alone (issue 26: a teacher far weaker than the paper's may be helped by a
+    # hint). The teacher reads the context rendered with it; its kept edits are stored under
+    # the context rendered with `template`, the prompt the trained proposer reads.
+    teacher_template: str = ""
     report: ReportConfig = field(default_factory=ReportConfig)
     task_seed: int = 0  # each family's question generator
     # every family's questions: "canonical" or "format" (reworded; whale.tasks.variants)
@@ -161,13 +166,17 @@ class ContextSettings:
         if not self.seeds:
             raise ValueError("seeds: name at least one seed harness")
         one_of(self, "variant", VARIANTS)
-        try:
-            load_template(self.template)
-        except (OSError, ValueError) as e:
-            raise ConfigError(
-                f"template: {self.template!r} is neither a name of "
-                f"{', '.join(TEMPLATES)} nor a readable file ({e})"
-            ) from None
+        for name in ("template", "teacher_template"):
+            value = getattr(self, name)
+            if name == "teacher_template" and not value:
+                continue
+            try:
+                load_template(value)
+            except (OSError, ValueError) as e:
+                raise ConfigError(
+                    f"{name}: {value!r} is neither a name of "
+                    f"{', '.join(TEMPLATES)} nor a readable file ({e})"
+                ) from None
 
 
 DecodingGrammar = Literal["off", "on"]
@@ -344,6 +353,14 @@ def make_context(family: Family, runtime: Runtime, parent: str, q_fb: Sequence[Q
         f"{family.id}/{h}/{draw}", family.id, h, parent, tuple(q.id for q in q_fb),
         tuple(q.id for q in family.scoring), report, prompt, parent_eval.accuracy, step,
     )  # fmt: skip
+
+
+def rerender(ctx: RevisionContext, family: Family, runtime: Runtime, template: str) -> str:
+    """`ctx`'s prompt under another template: the same task description, parent and report
+    (what the context measured), as make_context renders them."""
+    task = family.task
+    return render(template, task.description, ctx.parent_source, ctx.report, runtime.budget,
+                  task_tools(task, runtime), runtime.package_names())  # fmt: skip
 
 
 def possible_draws(pool: int, size: int) -> int:

@@ -64,6 +64,7 @@ from whale.train.proposer.contexts import (
     make_context,
     open_family,
     possible_draws,
+    rerender,
     save_contexts,
 )
 from whale.train.proposer.evaluate import EvaluateSettings, evaluate_proposers
@@ -285,11 +286,16 @@ def run_sft(cfg: ProposerTrainConfig, run_dir: Path,
             if cfg.reviewer is not None:
                 reviewer = ReviewerScreen(build_model(cfg.reviewer))
             teacher_model = build_model(cfg.teacher)
+            prior = cfg.contexts.teacher_template
+            asked = None
+            if prior and load_template(prior) != load_template(cfg.contexts.template):
+                text = load_template(prior)
+                asked = {c.id: rerender(c, fams[c.family], s.runtime, text) for c in contexts}
             try:
                 summary = teacher_data(contexts, fams, s.runtime,
                                        Proposer(teacher_model, _propose(cfg)), cfg.filter,
                                        teacher_dir, echo, s.held_out(), cfg.workers, reviewer,
-                                       say)  # fmt: skip
+                                       say, asked, prior if asked else "")  # fmt: skip
             finally:
                 close_model(teacher_model)
                 if reviewer is not None:

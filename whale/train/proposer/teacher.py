@@ -85,18 +85,19 @@ def filter_reason(res: EditResult, parent_accuracy: float, s: TeacherSettings) -
     return None
 
 
-def context_file(ctx: RevisionContext) -> str:
+def context_file(ctx: RevisionContext, prompt: str | None = None) -> str:
     """A file name for `ctx`'s proposals: its id made safe, and its prompt's digest (a stored
     proposal answers this very prompt, not one that shares the id)."""
     import hashlib
     import re
 
-    digest = hashlib.sha256(ctx.prompt.encode()).hexdigest()[:12]
+    digest = hashlib.sha256((prompt or ctx.prompt).encode()).hexdigest()[:12]
     return f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', ctx.id)}-{digest}"
 
 
 def stored_proposals(path: Path, proposer: Proposer, ctx: RevisionContext, g: int,
-               seed: int) -> list[Proposal]:  # fmt: skip
+                     seed: int, prompt: str | None = None) -> list[Proposal]:  # fmt: skip
+    """The g proposals for `ctx` (asked with `prompt`, default ctx.prompt), stored ones reused."""
     done: dict[int, Proposal] = {}
     if path.exists():
         rows = read_json(path)
@@ -110,7 +111,7 @@ def stored_proposals(path: Path, proposer: Proposer, ctx: RevisionContext, g: in
                 raise RecordError(f"{path}: not a proposal ({e})") from None
     for i in range(g):
         if i not in done:
-            p = proposer.propose(ctx.prompt, 1, seed + i, ctx.parent_source)[0]
+            p = proposer.propose(prompt or ctx.prompt, 1, seed + i, ctx.parent_source)[0]
             if p.error is None:  # a failed call is asked again on resume
                 done[i] = p
                 write_atomic(path, json.dumps([{"index": k, **asdict(v)}
@@ -124,18 +125,25 @@ def teacher_data(contexts: Sequence[RevisionContext], families: Mapping[str, Fam
                  runtime: Runtime, teacher: Proposer, s: TeacherSettings, out: Path,
                  echo: Mapping[str, AnswerEchoScreen], held_out: Sequence[str],
                  workers: int = 2, reviewer: ReviewerScreen | None = None,
-                 say: Callable[[str], None] = lambda m: None) -> dict[str, Any]:  # fmt: skip
+                 say: Callable[[str], None] = lambda m: None,
+                 teacher_prompts: Mapping[str, str] | None = None,
+                 prior: str = "") -> dict[str, Any]:  # fmt: skip
     """Run the teacher over `contexts`; write candidates.jsonl, kept.jsonl, dataset/ and
     summary.json under `out`; return the summary. `held_out`: normalized held-out prompts of
-    every family (the kept set is refused if it holds one: `check_no_eval_text`)."""
+    every family (the kept set is refused if it holds one: `check_no_eval_text`).
+    `teacher_prompts` (context id -> prompt): what the teacher reads where it is not the
+    context's own prompt (a human prior for the teacher alone); the kept examples pair the
+    teacher's edit with the context's own prompt, the one the trained proposer reads; `prior`
+    names their template in the summary."""
     record_dir(out)  # never through a link (whale.records)
     record_dir(out / "proposals")
     dupes = DuplicateScreen(s.duplicate_threshold)
     rows: list[TeacherRow] = []
     for n, ctx in enumerate(contexts):
         fam = families[ctx.family]
-        props = stored_proposals(out / "proposals" / f"{context_file(ctx)}.json", teacher, ctx,
-                                 s.g, s.seed * 100_000 + n * 100)  # fmt: skip
+        asked = (teacher_prompts or {}).get(ctx.id, ctx.prompt)
+        props = stored_proposals(out / "proposals" / f"{context_file(ctx, asked)}.json", teacher,
+                                 ctx, s.g, s.seed * 100_000 + n * 100, asked)  # fmt: skip
         kept_here = 0
         for i, p in enumerate(props):
             if p.error is not None:
@@ -174,6 +182,8 @@ def teacher_data(contexts: Sequence[RevisionContext], families: Mapping[str, Fam
         "rejected": dict(sorted(reasons.items())),
         "mean_kept_gain": (sum((r.result["accuracy"] or 0.0) - r.parent_accuracy for r in kept)
                            / len(kept)) if kept else None,  # in accuracy
+        # the human prior the teacher alone read (None: it read the contexts' own prompts)
+        "teacher_template": prior or None,
     }  # fmt: skip
     write_atomic(out / "summary.json", json.dumps(summary, indent=2))
     return summary
