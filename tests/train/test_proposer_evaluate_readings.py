@@ -229,3 +229,19 @@ def test_each_ratchet_round_reads_the_harness_kept_after_that_round(tmp_path):
     assert row["ratchet_kept"] == 2
     assert row["ratchet_rounds"] == [s0, s0, s2, s2, s4, s4]
     assert len(proposer.calls) == 6
+
+
+@pytest.mark.parametrize("name", ["/abs/path/adapter", "../../escape", "http://h:1/v1", "..", ""])
+def test_a_proposer_named_by_a_path_or_url_stays_inside_evaluate_s_folder(name, tmp_path):
+    from whale.train.proposer.evaluate import folder_name
+
+    folder = folder_name(name)
+    assert "/" not in folder and folder not in ("", ".", "..")
+    assert (tmp_path / folder).resolve().parent == tmp_path.resolve()
+
+
+def test_plain_proposer_names_keep_their_folder_names():
+    from whale.train.proposer.evaluate import folder_name
+
+    assert [folder_name(n) for n in ("base", "grpo", "sft", "teacher", "qwen-coder-0.5b")] == [
+        "base", "grpo", "sft", "teacher", "qwen-coder-0.5b"]  # fmt: skip

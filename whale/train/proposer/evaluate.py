@@ -38,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -217,13 +218,19 @@ def _identity(model: ChatModel, decoding: Decoding) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:10]
 
 
+def folder_name(name: str) -> str:
+    """A proposer's name as one folder name inside evaluate's directory: a name may be a path
+    or a URL (`evaluate.against`), which joined as it is would leave the directory."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name).strip("._")[-60:] or "proposer"
+
+
 def _plan(name: str, model: ChatModel, fam: Family, contexts: Sequence[RevisionContext],
           runtime: Runtime, cs: ContextSettings, pcfg: ProposerConfig, es: EvaluateSettings,
           workers: int, out: Path, decoding: Decoding,
           say: Callable[[str], None]) -> _Plan:  # fmt: skip
     seed_src = load_harness(cs.seeds[0])
     proposer = Proposer(model, decoding.proposer(pcfg))
-    d = out / f"{name}-{_identity(model, decoding)}" / fam.id.replace(":", "_")
+    d = out / f"{folder_name(name)}-{_identity(model, decoding)}" / fam.id.replace(":", "_")
     record_dir(out)  # never through a link (whale.records), at each level
     record_dir(d.parent)
     record_dir(d)
