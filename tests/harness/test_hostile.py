@@ -266,3 +266,52 @@ def test_an_oversized_broker_message_kills_the_run(sandbox):
     rt = Runtime(model=None, sandbox=Sandbox(sandbox), limits=Limits(message_bytes=1_000_000))
     t = rt.run(src, "x")
     assert t.status == "killed" and "over the limit" in t.error
+
+
+# The kernel's keyrings are not namespaced by a jail: a jailed process shares the session
+# keyring of the whale process that started it (and "possesses" it, with every right), and
+# its uid's user keyring outlives the run and is found again by the next run given that uid.
+KEYS = (
+    "import ctypes, json\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "libc.syscall.restype = ctypes.c_long\n"
+    "def run(q, env):\n"
+    "    found = libc.syscall(250, 10, -3, b'user', q.encode(), 0)\n"  # KEYCTL_SEARCH @s
+    "    name = (q + '-left').encode()\n"
+    "    left = [libc.syscall(248, b'user', name, b'x', 1, ring) for ring in (-3, -4)]\n"
+    "    return json.dumps({'found': found > 0, 'left': [k > 0 for k in left]})\n"
+)
+
+
+def _keyctl_search(ring: int, name: bytes) -> int:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return libc.syscall(250, 10, ring, b"user", name, 0)
+
+
+def test_no_keyring_reaches_whale_or_outlives_the_run(runtime):
+    # A key in whale's session keyring is out of the harness's reach, and the harness can
+    # store no key anywhere (the user keyring of its uid would carry it to a later run).
+    import ctypes
+    import json
+
+    from whale.harness import launcher
+
+    if launcher.resolve("auto") != "helper":
+        pytest.xfail("only whale-launch (make launcher) keeps keyrings from the jail")
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    secret = f"whale-secret-{uuid.uuid4().hex[:8]}".encode()
+    key = libc.syscall(248, b"user", secret, b"s3cret", 6, -3)  # in whale's session keyring
+    assert key > 0
+    try:
+        t = runtime.run(KEYS, secret.decode())
+    finally:
+        libc.syscall(250, 21, key)  # KEYCTL_INVALIDATE
+    assert t.status == "ok", t.error
+    got = json.loads(t.answer)
+    assert not got["found"], "the harness found a key of whale's session keyring"
+    assert _keyctl_search(-3, secret + b"-left") < 0, "the harness left a key in whale's keyring"
+    assert got["left"] == [False, False], "the harness stored keys (session, user keyring)"

@@ -173,3 +173,65 @@ def test_a_helper_others_can_write_is_not_used(helper, tmp_path, monkeypatch):
     assert launcher.helper() == str(copy)
     copy.chmod(0o777)
     assert launcher.helper() is None and launcher.resolve("auto") != "helper"
+
+
+def test_with_k_no_keyring_call_reaches_the_kernel(helper):
+    # add_key, keyctl (native and x32 numbers) fail with ENOSYS; other calls go through.
+    code = (
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "libc.syscall.restype = ctypes.c_long\n"
+        "out = []\n"
+        "for nr, args in ((248, (b'user', b'k', b'v', 1, -3)), (250, (0, -3, 0)),\n"
+        "                 (0x40000000 | 250, (0, -3, 0))):\n"
+        "    out.append((libc.syscall(nr, *args), ctypes.get_errno()))\n"
+        "print(out, os.getpid() > 0)\n"
+    )
+    r = _run(helper, "-k", "--", PY, "-I", "-S", "-c", code)
+    assert r.stdout.strip() == "[(-1, 38), (-1, 38), (-1, 38)] True", r.stderr
+
+
+def test_a_helper_that_is_a_link_is_not_used(helper, tmp_path, monkeypatch):
+    # A link passes an owner check on its target: any program of whale's user (for root, any
+    # system program: /usr/bin/env would run the jail with none of the steps) would be used.
+    link = tmp_path / "whale-launch"
+    link.symlink_to("/usr/bin/env")
+    monkeypatch.setattr(launcher, "helper_path", lambda: link)
+    assert launcher.helper() is None and launcher.resolve("auto") != "helper"
+
+
+def test_a_helper_in_a_folder_others_can_write_is_not_used(helper, tmp_path, monkeypatch):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    copy = shared / "whale-launch"
+    copy.write_bytes(open(helper, "rb").read())
+    copy.chmod(0o755)
+    monkeypatch.setattr(launcher, "helper_path", lambda: copy)
+    assert launcher.helper() == str(copy)
+    shared.chmod(0o777)  # another user could rename a program of theirs over it
+    assert launcher.helper() is None
+
+
+def test_a_build_under_umask_002_is_used(tmp_path, monkeypatch):
+    monkeypatch.setenv("WHALE_CACHE", str(tmp_path / "cache"))
+    launcher.helper_path.cache_clear()
+    old = os.umask(0o002)
+    try:
+        launcher.build()
+    except launcher.LauncherBuildError as e:
+        pytest.skip(str(e))
+    finally:
+        os.umask(old)
+        monkeypatch.undo()
+        launcher.helper_path.cache_clear()
+    built = tmp_path / "cache" / "bin" / launcher.helper_path().name
+    monkeypatch.setattr(launcher, "helper_path", lambda: built)
+    assert launcher.helper() == str(built)
+
+
+def test_a_compiler_that_is_not_there_is_a_build_error(tmp_path, monkeypatch):
+    # CC naming a missing program: LauncherBuildError (make launcher's message, the tests'
+    # skip), not FileNotFoundError out of subprocess.
+    monkeypatch.setenv("CC", str(tmp_path / "no-cc"))
+    with pytest.raises(launcher.LauncherBuildError, match="no-cc"):
+        launcher.build(out=tmp_path / "whale-launch")

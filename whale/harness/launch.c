@@ -8,6 +8,12 @@
    -r R:V    setrlimit(R, {V, V}); R is the platform's RLIMIT_* number.
    -p PID    PR_SET_PDEATHSIG(SIGKILL), then exits if its parent is no longer PID (the parent
              died before the signal was armed). Not with -u: a change of uid clears it.
+   -k        no keyrings: add_key, request_key and keyctl fail with ENOSYS from here on, for
+             this process and all it starts (a seccomp filter; any other ABI than the native
+             one is refused whole, so a compat call cannot get round it). The kernel's keyrings
+             belong to no jail: a jailed process would share the session keyring of the whale
+             that started it (possessing it: every right) and keep keys in its uid's user
+             keyring, which the next run given that uid finds.
    -u UID    becomes UID for real, effective and saved uid and gid, with no supplementary
              groups, no_new_privs and no capabilities (permitted, effective, inheritable,
              ambient); checks that uid 0 cannot be regained.
@@ -18,8 +24,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/audit.h>
 #include <linux/capability.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +76,37 @@ static void limit(const char *spec) {
 	if (setrlimit((int)number(res, RLIMIT_NLIMITS - 1), &rl) != 0) fail("cannot set rlimit", spec);
 }
 
+#if defined(__x86_64__)
+#define NATIVE_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define NATIVE_ARCH AUDIT_ARCH_AARCH64
+#endif
+
+static void no_keyrings(void) {
+	struct sock_filter deny[] = {
+#ifdef NATIVE_ARCH
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, NATIVE_ARCH, 0, 6), /* another ABI: refused */
+#else
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0, 0, 0),
+#endif
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000, 4, 0), /* x86's x32 ABI */
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_add_key, 3, 0),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_request_key, 2, 0),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_keyctl, 1, 0),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+	};
+	struct sock_fprog prog = {(unsigned short)(sizeof(deny) / sizeof(deny[0])), deny};
+	/* root (CAP_SYS_ADMIN) needs no no_new_privs for a filter; anyone else does */
+	if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) == 0) return;
+	if (errno != EACCES || prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+	    prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) != 0)
+		fail("seccomp filter for", "-k");
+}
+
 static void become(const char *text) {
 	uid_t id = (uid_t)number(text, 0x7fffffff);
 	if (id == 0) fail("refusing uid", text);
@@ -90,6 +131,10 @@ int main(int argc, char **argv, char **envp) {
 	for (; i < argc; i++) {
 		const char *opt = argv[i];
 		if (strcmp(opt, "--") == 0) break;
+		if (strcmp(opt, "-k") == 0) { /* the one option without a value */
+			no_keyrings();
+			continue;
+		}
 		if (i + 1 >= argc || opt[0] != '-' || opt[1] == 0 || opt[2] != 0) fail("bad option", opt);
 		const char *arg = argv[++i];
 		switch (opt[1]) {

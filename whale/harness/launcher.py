@@ -25,6 +25,12 @@ uid 0 outside.
 What each costs is measured by `python -m benchmarks.jail_start` and `python -m
 benchmarks.eval_throughput --arms helper,chain+scan` (docs/measurements.md).
 
+Keyrings: the kernel's keyrings belong to no namespace, so a jailed process would share the
+session keyring of the whale that started it (reading and adding keys: it possesses that
+keyring) and could keep keys in its uid's user keyring for the next run given that uid. The
+helper (`-k`) starts every jail under a seccomp filter that makes add_key, request_key and
+keyctl fail (ENOSYS). Not covered: the chain and preexec ways, which have no such filter.
+
 Not covered: the helper's file is trusted as whale's own cache files are (the compiled
 worker): it must belong to whale's user and be writable by no one else, or it is not used.
 """
@@ -76,7 +82,9 @@ def helper() -> str | None:
     else (one stat per call: a helper built while whale runs is used from then on)."""
     path = helper_path()
     try:
-        st = path.stat()
+        # lstat: a link would be judged by its target (for root, any system program passes),
+        # and a folder others may write lets them swap the file after this check
+        st, folder = os.lstat(path), os.stat(path.parent)
     except OSError:
         return None
     if (
@@ -84,6 +92,8 @@ def helper() -> str | None:
         or st.st_uid != os.geteuid()
         or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
         or not st.st_mode & stat.S_IXUSR
+        or folder.st_uid not in (0, os.geteuid())
+        or folder.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
     ):
         return None
     return str(path)
@@ -100,11 +110,17 @@ def build(cc: str | None = None, out: Path | None = None) -> Path:
     if compiler is None:
         raise LauncherBuildError("no C compiler (cc) to build whale-launch")
     out.parent.mkdir(parents=True, exist_ok=True)
+    folder = os.stat(out.parent)
+    if folder.st_uid == os.geteuid() and folder.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        os.chmod(out.parent, stat.S_IMODE(folder.st_mode) & ~(stat.S_IWGRP | stat.S_IWOTH))
     tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
     errors = ""
     for static in (["-static"], []):  # static: no dynamic loading on every run's exec
         cmd = [compiler, "-O2", "-Wall", *static, "-o", str(tmp), str(SOURCE)]
-        r = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        except OSError as e:  # CC names a program that is not there (or cannot run)
+            raise LauncherBuildError(f"cannot run the C compiler {compiler}: {e}") from e
         if r.returncode == 0:
             break
         errors = r.stderr[-2000:]
@@ -173,7 +189,7 @@ def launch(
             raise LauncherBuildError("whale-launch is not built (make launcher)")
         if not os.path.isabs(cmd[0]):  # the helper execs without a PATH search
             cmd = [shutil.which(cmd[0], path="/usr/bin:/bin") or cmd[0], *cmd[1:]]
-        argv = [path]
+        argv = [path, "-k"]  # no keyrings for the jail (launch.c: they belong to no namespace)
         for f in joins:
             argv += ["-j", f]
         for res, value, _ in rl:
