@@ -18,7 +18,8 @@ install: $(VENV)/.installed launcher
 # for the current launch.c (named by its hash; nothing to do when it is there). Without it the
 # jails start through sh + setpriv + prlimit (slower: docs/measurements.md).
 launcher: $(VENV)/.installed
-	$(PY) -c 'import whale.harness.launcher as l; print(l.build())'
+	$(PY) -c 'import whale.harness.launcher as l; print(l.build())' || \
+		echo "whale-launch not built (above): jails start through sh + setpriv + prlimit" >&2
 
 $(VENV)/.installed: pyproject.toml Makefile
 	command -v bwrap >/dev/null || $(MAKE) bwrap

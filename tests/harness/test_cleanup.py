@@ -456,3 +456,15 @@ def test_the_harness_starts_inside_the_runs_cgroups(sandbox, how, request):
         assert mine.count(name) == len(j.group.dirs)
     finally:
         j.kill()
+
+
+def test_a_run_group_that_cannot_be_read_is_not_called_empty(tmp_path):
+    # "Empty" spares the uid's /proc scan when it is given back and, with the lock file's
+    # clean mark, when it is next taken: a cgroup whose files cannot be read proves nothing.
+    from whale.harness.cgroups import RunGroup
+
+    gone = str(tmp_path / "gone")
+    v2 = RunGroup(dirs=[gone], kill_file=f"{gone}/cgroup.kill", events_file=f"{gone}/cgroup.events")
+    v1 = RunGroup(dirs=[gone])
+    assert not v2.empty() and not v1.empty()
+    assert not v2.wait_empty(0.05)

@@ -167,8 +167,8 @@ class RunGroup:
             if self.events_file is not None:
                 return "populated 0" in _read(self.events_file)
             return all(not _read(os.path.join(d, "cgroup.procs")).strip() for d in self.dirs)
-        except OSError:
-            return True
+        except OSError:  # unread proves nothing: the uid is then scanned (uids.UidPool.give)
+            return False
 
     def wait_empty(self, timeout_s: float) -> bool:
         deadline, pause = time.monotonic() + timeout_s, 0.0005
