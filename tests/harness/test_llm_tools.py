@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import require_model
 from whale.harness import Runtime, Trajectory
-from whale.harness.calls import MAX_MESSAGE_CALLS, MAX_TOOLS, SCHEMA_BOUND, TOOLS_CHARS
+from whale.harness.calls import MAX_MESSAGE_CALLS, MAX_TOOLS, SCHEMA_BOUND, TOOLS_CHARS, BadCall
 from whale.models.base import Completion, Sampling
 from whale.models.embedded import EmbeddedLlama
 
@@ -418,6 +418,38 @@ def test_recorded_tools_are_the_form_llama_cpp_renders():
     ]  # fmt: skip
 
 
+# Numbers in a schema: llama.cpp's template engine writes a float with 6 significant digits
+# and no ".0" (1.0 -> 1, 3.14159265 -> 3.14159, 1e300 -> 1e+300) and an integer as a signed
+# 64-bit one (2**64 - 1 -> -1), where transformers writes Python's repr: a pydantic schema's
+# `"maximum": 1.0` or `"default": 0.7` made every call offering it a template mismatch.
+NUMBER_TOOLS = [{"type": "function", "function": {"name": "sample", "parameters": {
+    "type": "object", "properties": {
+        "temperature": {"type": "number", "minimum": 0.0, "maximum": 1.0, "default": 0.7},
+        "top_p": {"type": "number", "exclusiveMaximum": 1.000001, "multipleOf": 0.05},
+        "scale": {"type": "number", "minimum": 1e-7, "maximum": 1234567.0, "default": 3.14159265},
+        "huge": {"type": "number", "maximum": 1e300},
+        "n": {"type": "integer", "minimum": -3, "maximum": 10},
+        "ok": {"type": "boolean", "default": True}}}}}]  # fmt: skip
+
+
+def test_recorded_numbers_are_ones_llama_cpp_and_python_write_alike():
+    from whale.harness.calls import check_tools
+
+    props = json.loads(check_tools(NUMBER_TOOLS) or "")[0]["function"]["parameters"]["properties"]
+    text = {k: json.dumps(v) for k, v in props.items()}  # 1 and 1.0 are equal, not alike
+    assert text["temperature"] == '{"type": "number", "minimum": 0, "maximum": 1, "default": 0.7}'
+    assert text["top_p"] == '{"type": "number", "exclusiveMaximum": 1, "multipleOf": 0.05}'
+    assert text["scale"] == ('{"type": "number", "minimum": 1e-07, "maximum": 1234567, '
+                             '"default": 3.14159}')  # fmt: skip
+    assert text["huge"] == '{"type": "number", "maximum": 1e+300}'
+    assert text["n"] == '{"type": "integer", "minimum": -3, "maximum": 10}'
+    assert text["ok"] == '{"type": "boolean", "default": true}'
+    for v in (float("nan"), float("inf"), 2**63, -(2**63) - 1, 5e-324):
+        bad = [{"type": "function", "function": {"name": "f", "parameters": {"maximum": v}}}]
+        with pytest.raises(BadCall, match="maximum"):
+            check_tools(bad)
+
+
 @pytest.mark.model
 def test_the_native_server_renders_recorded_tools_as_transformers_does():
     """What a run records of odd tools (check_tools) renders, through the native server's
@@ -436,17 +468,20 @@ def test_the_native_server_renders_recorded_tools_as_transformers_does():
     messages = [{"role": "system", "content": "Use the tools."},
                 {"role": "user", "content": "2+2?"}]  # fmt: skip
     recorded = json.loads(check_tools(ODD_TOOLS) or "[]")
+    numbers = json.loads(check_tools(NUMBER_TOOLS) or "[]")
     try:
         model.chat([{"role": "user", "content": "Say OK."}], Sampling(max_tokens=1))  # starts it
         base = model._client.base_url.removesuffix("/v1")
         rendered = [httpx.post(f"{base}/apply-template", timeout=60,
                                json={"messages": messages, "tools": tools}).json()["prompt"]
-                    for tools in (ODD_TOOLS, recorded)]  # fmt: skip
+                    for tools in (ODD_TOOLS, recorded, numbers)]  # fmt: skip
     finally:
         model.close()
-    ours = tok.apply_chat_template(template_messages(messages), tools=recorded,
-                                   add_generation_prompt=True, tokenize=False)  # fmt: skip
-    assert rendered[0] == rendered[1] == ours
+    ours = [tok.apply_chat_template(template_messages(messages), tools=tools,
+                                    add_generation_prompt=True, tokenize=False)
+            for tools in (recorded, numbers)]  # fmt: skip
+    assert rendered[0] == rendered[1] == ours[0]
+    assert rendered[2] == ours[1]
 
 
 @pytest.mark.model

@@ -230,6 +230,7 @@ def check_tools(tools: Any) -> str | None:
                 raise BadCall(f"llm(tools=): tool {name}'s {key} must be a {kind.__name__}")
             if value is not None and key != "strict":
                 out[key] = value
+        out["parameters"] = _rendered_numbers(out["parameters"], f"tool {name}'s parameters")
         fault = _schema_fault(out.get("parameters"))
         if fault is not None:
             raise Rejected(f"llm(tools=): tool {name}'s parameters: {fault}")
@@ -239,6 +240,43 @@ def check_tools(tools: Any) -> str | None:
         raise Rejected(f"llm(tools=): the tools take {len(text):,} characters of JSON, at "
                        f"most {TOOLS_CHARS:,}")  # fmt: skip
     return text
+
+
+_INT64 = 2**63
+
+
+def _rendered_numbers(x: Any, where: str) -> Any:
+    """`x` with every number one that llama.cpp's server and Python write alike, so that the
+    recorded tools render (transformers, the weight phase) to the prompt the server rendered.
+    The server's template engine writes a float as C++'s `%g` (6 significant digits, no
+    ".0": 1.0 -> "1", 3.14159265 -> "3.14159") and an integer as a signed 64-bit one (2**64 - 1
+    -> "-1"); Python writes repr. So: a float that is a whole number in range becomes that int
+    (the same JSON number); any other float becomes the number the server would have shown
+    (what the model read); BadCall for an integer out of the signed 64-bit range, a float
+    neither writes alike (subnormal), and NaN or infinity (not JSON)."""
+    if isinstance(x, dict):
+        return {k: _rendered_numbers(v, f"{where}.{k}") for k, v in x.items()}
+    if isinstance(x, list):
+        return [_rendered_numbers(v, f"{where}[{i}]") for i, v in enumerate(x)]
+    if isinstance(x, bool):
+        return x
+    if isinstance(x, int):
+        if not -_INT64 <= x < _INT64:
+            raise BadCall(f"llm(tools=): {where}: {x} is out of the signed 64-bit range")
+        return x
+    if isinstance(x, float):
+        if x != x or x in (float("inf"), float("-inf")):
+            raise BadCall(f"llm(tools=): {where}: {x} is not a JSON number")
+        if x.is_integer() and -_INT64 <= x < _INT64:
+            return int(x)
+        shown = float(f"{x:g}")
+        if shown.is_integer() and -_INT64 <= shown < _INT64:
+            return int(shown)
+        if json.dumps(shown) != f"{shown:g}":
+            raise BadCall(f"llm(tools=): {where}: {x!r} cannot be written alike by the "
+                          "model server and the recorded prompt")  # fmt: skip
+        return shown
+    return x
 
 
 def _schema_fault(x: Any) -> str | None:
