@@ -216,6 +216,34 @@ def test_a_changed_config_of_a_started_step_is_refused(tmp_path, monkeypatch):
     assert steps.calls == []  # refused before anything ran
 
 
+def test_a_step_reading_a_folder_that_was_run_anew_is_refused(tmp_path, fake):
+    # `second` reads `{first.dir}`: a path, the same after `first` is removed and run again
+    # (as StepChanged tells one to), so its hash alone would keep `second`'s results, made
+    # from the first `first`'s files, as if they came from the new one.
+    import shutil
+
+    d, runs = write(tmp_path), tmp_path / "runs"
+    got = run_experiment(d, runs)
+    shutil.rmtree(got.root / "first")
+    (got.root / "_steps" / "first.json").unlink()
+    with pytest.raises(StepChanged) as e:
+        run_experiment(d, runs)
+    assert e.value.field == "steps.second" and "'first'" in str(e.value)
+    assert [c[0] for c in fake.calls] == ["first", "second", "first"]  # second not rerun
+
+
+def test_a_record_from_before_inputs_were_kept_is_resumed(tmp_path, fake):
+    d, runs = write(tmp_path), tmp_path / "runs"
+    got = run_experiment(d, runs)
+    path = got.root / "_steps" / "second.json"
+    old = json.loads(path.read_text())
+    old.pop("inputs")
+    path.write_text(json.dumps(old))
+    again = run_experiment(d, runs)
+    assert [a["action"] for a in again.steps] == ["skipped", "skipped"]
+    assert read_step(got.root, "second").inputs  # type: ignore[union-attr]
+
+
 def test_a_step_whose_folder_moved_with_its_records_keeps_its_hash(tmp_path, fake):
     d = write(tmp_path)
     run_experiment(d, tmp_path / "runs")

@@ -2,8 +2,9 @@
 
 - `_steps/<step>.json`: one record per step: its kind, the hash of its resolved config and the
   config itself (the scale's run folder written as `<runs>`), `started` or `finished`, the
-  whale commits it ran under, its wall time summed over invocations, and its outputs (what
-  later steps' placeholders read);
+  whale commits it ran under, its wall time summed over invocations, its outputs (what
+  later steps' placeholders read), and which run of each earlier step whose folder it reads
+  it read (`inputs`);
 - `_experiment.json`: the experiment's name, scale and config file, and one row per
   invocation of the runner: when, the whale commit, the hash of the whole scale-resolved
   config.
@@ -41,6 +42,15 @@ class StepRecord:
     outputs: dict[str, Any] = field(default_factory=dict)
     started_at: str = ""
     finished_at: str | None = None
+    run_id: str = ""  # made when the step is first started: a step run anew has another
+    # step -> identity (`identity`) of each earlier step whose folder it reads ("{STEP.dir}"),
+    # as they were when it started: a path is the same after that step was run anew
+    inputs: dict[str, str] = field(default_factory=dict)
+
+
+def identity(rec: StepRecord) -> str:
+    """Which run of a step `rec` records: its config hash and when it was first started."""
+    return f"{rec.hash}:{rec.run_id or rec.started_at}"
 
 
 def now() -> str:
@@ -61,7 +71,7 @@ def read_step(root: Path, name: str) -> StepRecord | None:
     except TypeError as e:
         raise RecordError(f"{path}: not a step record ({e})") from None
     if rec.state not in STATES or rec.step != name or not isinstance(rec.config, dict) or \
-            not isinstance(rec.outputs, dict):  # fmt: skip
+            not isinstance(rec.outputs, dict) or not isinstance(rec.inputs, dict):  # fmt: skip
         raise RecordError(f"{path}: not a step record of {name!r}")
     return rec
 

@@ -5,6 +5,8 @@
         fields  = its config with the earlier steps' outputs and the vars put in
         record  = what an earlier invocation recorded of it (ROOT/<name>/<scale>/_steps/)
         a record whose config hash differs: refused (StepChanged names the step and field)
+        a record that read the folder ("{STEP.dir}") of an earlier step since run anew (the
+                  path is the same, the files are not): refused (StepChanged names both)
         finished: skipped, its recorded outputs used
         else:     recorded as started, then run (resumed where its operator had begun),
                   then recorded as finished with its outputs
@@ -19,6 +21,7 @@ refused (the scale folder is locked).
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +29,7 @@ from typing import Any
 
 from whale.experiments.records import (
     StepRecord,
+    identity,
     note_invocation,
     now,
     read_step,
@@ -40,6 +44,7 @@ from whale.experiments.spec import (
     check_references,
     digest,
     load_spec,
+    read_folders,
     resolve,
     step_config,
 )
@@ -86,20 +91,27 @@ def run_experiment(directory: str | Path, runs: str | Path | None = None,
         note_invocation(root, spec.name, spec.scale, spec.path, spec.sha256)
         result = Experiment(spec.name, spec.scale, root, spec.sha256)
         outputs: dict[str, dict[str, Any]] = {}
+        runs_of: dict[str, str] = {}  # step -> identity of the run of it this invocation used
         for i, step in enumerate(spec.steps, 1):
             fields = resolve(step, spec.vars, outputs)
             config = step_config(step, fields, root)
             record = read_step(root, step.name)
-            refuse_changed(step, record, config, root)
+            inputs = {s: runs_of[s] for s in read_folders(step)}
+            refuse_changed(step, record, config, root, inputs)
+            if record is not None and not record.inputs and inputs:  # a record from before
+                record.inputs = inputs
+                write_step(root, record)
             step_dir = root / step.name
             if record is not None and record.state == "finished":
+                runs_of[step.name] = identity(record)
                 say(f"step {i}/{len(spec.steps)} {step.name}: finished earlier, skipped")
                 outputs[step.name] = {**record.outputs, "dir": str(step_dir)}
                 result.steps.append(_row(record, step_dir, "skipped"))
                 continue
             action = "resumed" if started(step, step_dir) else "started"
             say(f"step {i}/{len(spec.steps)} {step.name} ({step.kind}): {action} in {step_dir}")
-            record = _begin(root, step, config, record)
+            record = _begin(root, step, config, record, inputs)
+            runs_of[step.name] = identity(record)
             outputs[step.name] = _run_timed(root, record, step, step_dir, fields, say)
             result.steps.append(_row(record, step_dir, action))
     finally:
@@ -108,16 +120,27 @@ def run_experiment(directory: str | Path, runs: str | Path | None = None,
 
 
 def refuse_changed(step: Step, record: StepRecord | None, config: dict[str, Any],
-                   root: Path) -> None:  # fmt: skip
-    """StepChanged when `record` was made under another config than `config`: a started
-    step's runs, and a finished step's results, came from the recorded one."""
+                   root: Path, inputs: dict[str, str] | None = None) -> None:  # fmt: skip
+    """StepChanged when `record` was made under another config than `config`, or read the
+    folder of an earlier step that has been run anew since (`inputs`: the runs it reads now):
+    a started step's runs, and a finished step's results, came from the recorded ones."""
+    what = "finished; its results came" if record is not None and record.state == "finished" \
+        else "was started; its runs so far came"  # fmt: skip
+    if record is not None and record.inputs and inputs is not None:
+        anew = sorted(s for s, run in record.inputs.items() if inputs.get(s, run) != run)
+        if anew:
+            raise StepChanged(
+                f"step {step.name!r} reads the folder of step {anew[0]!r}, which was run anew "
+                f"since. The step {what} from the files of the earlier run of {anew[0]!r}: "
+                f"start the step anew by removing {root / step.name} and "
+                f"{step_path(root, step.name)}",
+                f"steps.{step.name}",
+            ).at(f"steps.{step.name}")
     if record is None or record.hash == digest(config):
         return
     changes = changed_fields(record.config, config)
     name, old, new = changes[0] if changes else ("(config)", "?", "?")
     more = f" (and {', '.join(c[0] for c in changes[1:])})" if len(changes) > 1 else ""
-    what = "finished; its results came" if record.state == "finished" else \
-        "was started; its runs so far came"  # fmt: skip
     raise StepChanged(
         f"step {step.name!r}: {name} was {old!r}, now {new!r}{more}. The step {what} from the "
         f"recorded config ({step_path(root, step.name)}), so it cannot change: restore the "
@@ -126,10 +149,11 @@ def refuse_changed(step: Step, record: StepRecord | None, config: dict[str, Any]
     ).at(f"steps.{step.name}")
 
 
-def _begin(root: Path, step: Step, config: dict[str, Any],
-           record: StepRecord | None) -> StepRecord:  # fmt: skip
+def _begin(root: Path, step: Step, config: dict[str, Any], record: StepRecord | None,
+           inputs: dict[str, str]) -> StepRecord:  # fmt: skip
     if record is None:
-        record = StepRecord(step.name, step.kind, digest(config), config, started_at=now())
+        record = StepRecord(step.name, step.kind, digest(config), config, started_at=now(),
+                            run_id=uuid.uuid4().hex, inputs=inputs)  # fmt: skip
     commit = whale_commit()
     if commit not in record.commits:
         record.commits.append(commit)

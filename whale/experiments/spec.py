@@ -273,6 +273,17 @@ def _check_ref(ref: Ref, where: str, step: Step, spec: Spec, before: dict[str, S
                           f"it has: {', '.join(sorted(have))}", where)  # fmt: skip
 
 
+def read_folders(step: Step) -> list[str]:
+    """The earlier steps whose folder `step` reads ("{STEP.dir}"), in order, once each."""
+    found = [
+        ref.source
+        for where, text in _strings(step.fields, f"steps.{step.name}")
+        for ref in refs(text, where)
+        if ref.source != "vars" and ref.key == "dir"
+    ]
+    return list(dict.fromkeys(found))
+
+
 def resolve(step: Step, variables: Mapping[str, Any],
             outputs: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:  # fmt: skip
     """The step's fields with every placeholder replaced (ConfigError naming the field)."""
