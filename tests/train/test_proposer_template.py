@@ -4,6 +4,7 @@ evaluate's ratchet. `propose.template` is not read by train-proposer: left at it
 ignored, another template there is refused; an unknown name is refused too. A scripted solver
 and proposer (test doubles) and the real isolated runtime."""
 
+import hashlib
 import json
 
 import pytest
@@ -14,7 +15,7 @@ from tests.train.test_proposer_pipeline import OffsetSum
 from whale import config as cfgmod
 from whale.harness import Runtime
 from whale.revise.edits import apply_edits
-from whale.revise.proposer import ProposerConfig
+from whale.revise.proposer import ProposerConfig, load_template
 from whale.train.proposer import run as runmod
 from whale.train.proposer.contexts import ContextSettings, family_dir, family_of
 from whale.train.proposer.evaluate import EvaluateSettings, evaluate_proposers
@@ -202,6 +203,38 @@ def test_a_teacher_template_is_read_by_the_teacher_alone(tmp_path, monkeypatch):
     assert len(report) > 40 and report in asked
     summary = json.loads((run / "teacher" / "summary.json").read_text())
     assert summary["teacher_template"] == "hinted"
+    assert summary["teacher_template_sha256"] == hashlib.sha256(
+        load_template("hinted").encode()).hexdigest()  # fmt: skip
+    assert summary["kept_copying_hint"] == 0
+
+
+def test_kept_edits_that_copy_the_teachers_prior_are_counted(tmp_path, monkeypatch):
+    """The prior is kept out of the SFT prompts, not out of the SFT targets: an edit that
+    writes a line of the hinted template into the harness teaches the trained proposer the
+    hint's words. The summary counts such kept edits."""
+    (tmp_path / "seed.py").write_text(SEED)
+    cfg = cfgmod.build(runmod.ProposerTrainConfig, {
+        "families": {"sft": ["test:a"], "rl": ["test:c"], "eval": ["test:d"]},
+        "contexts": {"dev": 12, "score": 6, "eval": 8, "feedback": 4, "contexts": 1,
+                     "seeds": [str(tmp_path / "seed.py")], "template": "default",
+                     "teacher_template": "hinted"},
+        "solver": {"name": "solver"}, "teacher": {"name": "teacher"}, "filter": {"g": 1},
+    })  # fmt: skip
+    line = next(t for t in load_template("hinted").splitlines() if HINT in t)
+    copying = GOOD_EDIT.replace("=======\n", f"=======\n# {line}\n", 1)
+    assert copying != GOOD_EDIT
+    teacher = ScriptedModel([copying])
+    monkeypatch.setattr(runmod, "build_model",
+                        lambda m: teacher if m.name == "teacher" else prose_solver())  # fmt: skip
+    monkeypatch.setattr(runmod, "open_family", lambda fam, cs, run_dir, solver, rt: family_of(
+        fam, OffsetSum(BASES[fam]), cs, family_dir(run_dir, fam)))  # fmt: skip
+    monkeypatch.setattr(runmod.Session, "checkpoint", lambda self: (_ for _ in ()).throw(_Stop()))
+    run = tmp_path / "run"
+    runmod.open_run(cfg, run)
+    with pytest.raises(_Stop):
+        runmod.run_sft(cfg, run, say=lambda m: None)
+    summary = json.loads((run / "teacher" / "summary.json").read_text())
+    assert summary["kept"] == 1 and summary["kept_copying_hint"] == 1
 
 
 def test_an_unknown_teacher_template_is_refused_naming_the_field(tmp_path):

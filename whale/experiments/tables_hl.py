@@ -24,11 +24,21 @@ def train_proposer_tables(step: Step, rec: StepRecord, d: Path, target: Path) ->
              f"`{field(f, 'teacher.name', 'qwen-coder-1.5b')}`, proposer trained "
              f"`{field(f, 'proposer', 'qwen-coder-0.5b')}`; x_t template "
              f"`{field(f, 'contexts.template', 'default')}`; question variant "
-             f"`{field(f, 'contexts.variant', 'canonical')}`.", "",
+             f"`{field(f, 'contexts.variant', 'canonical')}`." + _prior(f), "",
              *(f"- families.{k}: {', '.join(field(f, f'families.{k}', []) or []) or '-'}"
                for k in ("sft", "rl", "eval"))]  # fmt: skip
     lines += _teacher(d) + _sft(d) + _grpo(d) + _evaluate(d, f)
     return lines
+
+
+def _prior(f: dict[str, Any]) -> str:
+    """What a reader must know of contexts.teacher_template: who read it, and who did not."""
+    prior = field(f, "contexts.teacher_template", "")
+    if not prior or prior == field(f, "contexts.template", "default"):
+        return ""
+    return (f" **The teacher alone read the `{prior}` template** (a human prior) when it wrote "
+            "the SFT data, whose prompts are the x_t ones; the proposer named `teacher` in "
+            "evaluate reads x_t, not the prior.")  # fmt: skip
 
 
 def _teacher(d: Path) -> list[str]:
@@ -40,7 +50,11 @@ def _teacher(d: Path) -> list[str]:
     rejected = ", ".join(f"{k} {v}" for k, v in s["rejected"].items()) or "-"
     lines = ["", "### Teacher data (`teacher/summary.json`)", "",
              f"{s['kept']} of {s['proposals']} teacher proposals kept over {s['contexts']} "
-             f"contexts; rejected: {rejected}.",
+             f"contexts; rejected: {rejected}."
+             + (f" The teacher read `{s['teacher_template']}` (sha256 "
+                f"{str(s.get('teacher_template_sha256'))[:16]}); kept edits copying a line of "
+                f"it word for word: {fmt(s.get('kept_copying_hint'))}."
+                if s.get("teacher_template") else ""),
              "", "| family | proposals | kept |", "|---|---|---|"]  # fmt: skip
     proposals = Counter(r["family"] for r in _candidates(d))
     lines += [

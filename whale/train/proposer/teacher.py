@@ -33,7 +33,7 @@ from typing import Any
 from whale.harness import Runtime
 from whale.records import RecordError, read_json, record_dir, write_atomic
 from whale.revise.code_screens import DuplicateScreen, ReviewerScreen
-from whale.revise.proposer import Proposal, Proposer
+from whale.revise.proposer import Proposal, Proposer, load_template
 from whale.revise.screens import AnswerEchoScreen
 from whale.train.proposer.contexts import (
     Family,
@@ -171,6 +171,8 @@ def teacher_data(contexts: Sequence[RevisionContext], families: Mapping[str, Fam
                           f"{failed[0].reason}); run the command again to ask them again")
     kept = [r for r in rows if r.kept]
     prompts = {c.id: c.prompt for c in contexts}
+    hint = {c.id: hint_lines((teacher_prompts or {}).get(c.id, c.prompt), c.prompt)
+            for c in contexts}  # fmt: skip
     check_no_eval_text([prompts[r.context] + "\n" + r.text for r in kept], held_out)
     records = [sft_record(prompts[r.context], r.text, r.family, r.context) for r in kept]
     write_atomic(out / "kept.jsonl", "".join(json.dumps(r) + "\n" for r in records))
@@ -182,11 +184,33 @@ def teacher_data(contexts: Sequence[RevisionContext], families: Mapping[str, Fam
         "rejected": dict(sorted(reasons.items())),
         "mean_kept_gain": (sum((r.result["accuracy"] or 0.0) - r.parent_accuracy for r in kept)
                            / len(kept)) if kept else None,  # in accuracy
-        # the human prior the teacher alone read (None: it read the contexts' own prompts)
+        # the human prior the teacher alone read (None: it read the contexts' own prompts),
+        # its text's digest, and how many kept edits copy one of its lines word for word
+        # (the prior reaching the SFT targets as text, not only as a better edit)
         "teacher_template": prior or None,
+        "teacher_template_sha256": _sha256(load_template(prior)) if prior else None,
+        "kept_copying_hint": sum(any(h in r.text for h in hint[r.context]) for r in kept)
+        if prior else None,
     }  # fmt: skip
     write_atomic(out / "summary.json", json.dumps(summary, indent=2))
     return summary
+
+
+HINT_LINE_CHARS = 25  # shorter lines of a prior ("```python") are not its own words
+
+
+def hint_lines(asked: str, own: str) -> list[str]:
+    """The lines of the prompt the teacher was `asked` that the context's `own` prompt lacks
+    (the prior's own words), of HINT_LINE_CHARS or more, stripped."""
+    mine = {line.strip() for line in own.splitlines()}
+    return sorted({t for line in asked.splitlines()
+                   if len(t := line.strip()) >= HINT_LINE_CHARS and t not in mine})  # fmt: skip
+
+
+def _sha256(text: str) -> str:
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 REASON_KINDS = ("teacher", "apply", "interface", "answer_echo", "filter", "duplicate", "reviewer")
