@@ -235,3 +235,23 @@ def test_a_compiler_that_is_not_there_is_a_build_error(tmp_path, monkeypatch):
     monkeypatch.setenv("CC", str(tmp_path / "no-cc"))
     with pytest.raises(launcher.LauncherBuildError, match="no-cc"):
         launcher.build(out=tmp_path / "whale-launch")
+
+
+def test_the_keyring_filter_is_left_out_only_for_a_setuid_jail_of_a_normal_user(
+    helper, tmp_path, monkeypatch
+):
+    # A normal user's filter needs no_new_privs, which a setuid bwrap would not survive.
+    jail = tmp_path / "bwrap"
+    jail.write_text("")
+    jail.chmod(0o4755)
+    plain = tmp_path / "nsjail"
+    plain.write_text("")
+
+    monkeypatch.setattr(launcher, "helper", lambda: helper)
+
+    def argv(program, euid):
+        with monkeypatch.context() as m:
+            m.setattr(os, "geteuid", lambda: euid)
+            return launcher.launch([str(program)], None, None, "helper")[0]
+
+    assert "-k" in argv(jail, 0) and "-k" in argv(plain, 1000) and "-k" not in argv(jail, 1000)

@@ -29,7 +29,9 @@ Keyrings: the kernel's keyrings belong to no namespace, so a jailed process woul
 session keyring of the whale that started it (reading and adding keys: it possesses that
 keyring) and could keep keys in its uid's user keyring for the next run given that uid. The
 helper (`-k`) starts every jail under a seccomp filter that makes add_key, request_key and
-keyctl fail (ENOSYS). Not covered: the chain and preexec ways, which have no such filter.
+keyctl fail (ENOSYS). Not covered: the chain and preexec ways, which have no such filter, and
+a normal user's setuid bwrap (the filter needs no_new_privs there, which bwrap would not
+survive).
 
 Not covered: the helper's file is trusted as whale's own cache files are (the compiled
 worker): it must belong to whale's user and be writable by no one else, or it is not used.
@@ -189,7 +191,9 @@ def launch(
             raise LauncherBuildError("whale-launch is not built (make launcher)")
         if not os.path.isabs(cmd[0]):  # the helper execs without a PATH search
             cmd = [shutil.which(cmd[0], path="/usr/bin:/bin") or cmd[0], *cmd[1:]]
-        argv = [path, "-k"]  # no keyrings for the jail (launch.c: they belong to no namespace)
+        argv = [path]
+        if _filter_allowed(cmd[0]):  # no keyrings (launch.c: they belong to no namespace)
+            argv.append("-k")
         for f in joins:
             argv += ["-j", f]
         for res, value, _ in rl:
@@ -206,6 +210,18 @@ def launch(
             chain = [sh, "-c", _JOIN, "sh", *joins, "--", *chain]
         return chain + cmd, None
     return cmd, _preexec(group, rl)
+
+
+def _filter_allowed(program: str) -> bool:
+    """Whether the helper may start `program` under its keyring filter. Root installs it as it
+    is; anyone else needs no_new_privs for it, which a setuid-root bwrap (distributions that
+    turn unprivileged user namespaces off) would not survive: there the filter is left out."""
+    if os.geteuid() == 0:
+        return True
+    try:
+        return not os.stat(program).st_mode & stat.S_ISUID
+    except OSError:
+        return True
 
 
 def _preexec(group: RunGroup | None, rl: Sequence[tuple[int, int, str]]) -> Callable[[], None]:
