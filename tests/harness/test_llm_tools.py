@@ -450,6 +450,31 @@ def test_recorded_numbers_are_ones_llama_cpp_and_python_write_alike():
             check_tools(bad)
 
 
+HISTORY_ARGS = ['{"x": 1.0, "y": 37.7749295, "n": 3}', '{"x":2.5,"s":"<&>"}',
+                '{"big": 12345678901234567890}', '[1.0]', 'not json']  # fmt: skip
+
+
+def _with_history(arguments: str) -> list[dict]:
+    return [{"role": "user", "content": "go"},
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "f", "arguments": arguments}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "done"}]  # fmt: skip
+
+
+def test_a_tool_calls_arguments_are_sent_with_numbers_both_write_alike():
+    """The arguments of an earlier tool call (the model's own reply, sent back) are rendered
+    from the parsed object by both the server and transformers: their numbers follow the rule
+    of the tools' ones; a text whose numbers need no change is sent as it is."""
+    from whale.harness.calls import check_messages
+
+    def sent(arguments: str) -> str:
+        return check_messages(_with_history(arguments))[1]["tool_calls"][0]["function"][
+            "arguments"]  # fmt: skip
+
+    assert sent(HISTORY_ARGS[0]) == '{"x": 1, "y": 37.7749, "n": 3}'
+    assert [sent(a) for a in HISTORY_ARGS[1:]] == HISTORY_ARGS[1:]  # as given
+
+
 @pytest.mark.model
 def test_the_native_server_renders_recorded_tools_as_transformers_does():
     """What a run records of odd tools (check_tools) renders, through the native server's
@@ -482,6 +507,31 @@ def test_the_native_server_renders_recorded_tools_as_transformers_does():
             for tools in (recorded, numbers)]  # fmt: skip
     assert rendered[0] == rendered[1] == ours[0]
     assert rendered[2] == ours[1]
+
+
+@pytest.mark.model
+def test_the_native_server_renders_recorded_tool_call_arguments_as_transformers_does():
+    import httpx
+    from transformers import AutoTokenizer
+
+    from whale.harness.calls import check_messages, check_tools
+    from whale.models.base import template_messages
+
+    path = require_model("qwen-coder-0.5b")
+    tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    model = EmbeddedLlama(path, alias="qwen-coder-0.5b", n_ctx=2048, slots=1, threads=1)
+    tools = json.loads(check_tools(TOOLS) or "[]")
+    recorded = check_messages(_with_history(HISTORY_ARGS[0]))
+    try:
+        model.chat([{"role": "user", "content": "Say OK."}], Sampling(max_tokens=1))  # starts it
+        base = model._client.base_url.removesuffix("/v1")
+        served = httpx.post(f"{base}/apply-template", timeout=60,
+                            json={"messages": recorded, "tools": tools}).json()["prompt"]  # fmt: skip
+    finally:
+        model.close()
+    ours = tok.apply_chat_template(template_messages(recorded), tools=tools,
+                                   add_generation_prompt=True, tokenize=False)  # fmt: skip
+    assert served == ours
 
 
 @pytest.mark.model

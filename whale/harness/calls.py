@@ -190,6 +190,7 @@ def _check_calls(i: int, calls: Any, ids: set[str]) -> list[dict[str, Any]]:
             arguments = json.dumps(arguments, ensure_ascii=False)
         if not isinstance(arguments, str):
             raise BadCall(f"{where}[{j}]: arguments must be JSON text or an object")
+        arguments = _rendered_arguments(arguments)
         ids.add(cid)
         out.append({"id": cid, "type": "function",
                     "function": {"name": name, "arguments": arguments}})  # fmt: skip
@@ -245,7 +246,7 @@ def check_tools(tools: Any) -> str | None:
 _INT64 = 2**63
 
 
-def _rendered_numbers(x: Any, where: str) -> Any:
+def _rendered_numbers(x: Any, where: str, lenient: bool = False) -> Any:
     """`x` with every number one that llama.cpp's server and Python write alike, so that the
     recorded tools render (transformers, the weight phase) to the prompt the server rendered.
     The server's template engine writes a float as C++'s `%g` (6 significant digits, no
@@ -253,19 +254,22 @@ def _rendered_numbers(x: Any, where: str) -> Any:
     -> "-1"); Python writes repr. So: a float that is a whole number in range becomes that int
     (the same JSON number); any other float becomes the number the server would have shown
     (what the model read); BadCall for an integer out of the signed 64-bit range, a float
-    neither writes alike (subnormal), and NaN or infinity (not JSON)."""
+    neither writes alike (subnormal), and NaN or infinity (not JSON); `lenient`: those are
+    left as they are."""
     if isinstance(x, dict):
-        return {k: _rendered_numbers(v, f"{where}.{k}") for k, v in x.items()}
+        return {k: _rendered_numbers(v, f"{where}.{k}", lenient) for k, v in x.items()}
     if isinstance(x, list):
-        return [_rendered_numbers(v, f"{where}[{i}]") for i, v in enumerate(x)]
+        return [_rendered_numbers(v, f"{where}[{i}]", lenient) for i, v in enumerate(x)]
     if isinstance(x, bool):
         return x
     if isinstance(x, int):
-        if not -_INT64 <= x < _INT64:
+        if not -_INT64 <= x < _INT64 and not lenient:
             raise BadCall(f"llm(tools=): {where}: {x} is out of the signed 64-bit range")
         return x
     if isinstance(x, float):
         if x != x or x in (float("inf"), float("-inf")):
+            if lenient:
+                return x
             raise BadCall(f"llm(tools=): {where}: {x} is not a JSON number")
         if x.is_integer() and -_INT64 <= x < _INT64:
             return int(x)
@@ -273,10 +277,42 @@ def _rendered_numbers(x: Any, where: str) -> Any:
         if shown.is_integer() and -_INT64 <= shown < _INT64:
             return int(shown)
         if json.dumps(shown) != f"{shown:g}":
+            if lenient:
+                return x
             raise BadCall(f"llm(tools=): {where}: {x!r} cannot be written alike by the "
                           "model server and the recorded prompt")  # fmt: skip
         return shown
     return x
+
+
+def _rendered_arguments(text: str) -> str:
+    """A tool call's JSON-object arguments with their numbers as `_rendered_numbers` makes
+    them (templates render the parsed object: llama.cpp's server wrote 37.7749295 as 37.7749
+    and 1.0 as 1 in every later call's prompt, Python as given), the text unchanged where no
+    number changes; a number neither writes alike is left as it is (the weight phase's
+    count check skips that call rather than refusing the model's own reply here)."""
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return text
+    if not isinstance(value, dict):
+        return text
+    try:
+        changed = _rendered_numbers(value, "arguments", lenient=True)
+    except RecursionError:
+        return text
+    return text if _same_json(changed, value) else json.dumps(changed, ensure_ascii=False)
+
+
+def _same_json(a: Any, b: Any) -> bool:
+    """Equal as JSON texts would be: 1 and 1.0 differ."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same_json(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(_same_json(x, y) for x, y in zip(a, b, strict=True))
+    return bool(a == b) or a != a  # NaN is left as it was
 
 
 def _schema_fault(x: Any) -> str | None:
