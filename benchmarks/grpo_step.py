@@ -17,7 +17,27 @@ on 6 feedback questions), one update of `contexts` × `g` samples; printed per b
 - gradient_s: the rest of the update (TRL's forward, backward and optimizer step);
 - solver fraction: over the reward's rollouts, time inside solver calls / rollout wall time.
 The generation ratio (trl / embedded) says which backend is faster here; both train on the
-same loss (see grpo.py for what "exact" means for each).
+same loss (see grpo.py for what "exact" means for each). `--dtype` sets `grpo.dtype`.
+
+bf16 against fp32 (`--fixed`): the gradient step alone, in both dtypes, on the same
+completions:
+
+    python -m benchmarks.grpo_step --fixed [--tiny] [--updates 3] [--contexts 1] [--g 4]
+        [--max-completion 64] [--prompt-words 120] [--repeats 2]
+
+No solver and no sandbox: the completions are fixed by each request's seed (random words from a
+small vocabulary, the same in every arm, whatever the weights), the reward is the share of "e" in
+the text, and each arm is one `train_grpo` run of `--updates` updates from the same random fp32
+init adapter (LoRA r = 32 on all projections), gradient checkpointing on (the default), through the
+"embedded" path (so the adapter is saved every update, as in real runs). Arms alternate (fp32,
+bf16, bf16, fp32, ...); each keeps its fastest run. Printed: the gradient step time per update
+(`gradient_s`, TRL's forward, backward and AdamW, wall clock) and this process's CPU time per
+update (the whole run over the updates, model loading included: steadier than wall time on a shared
+machine), their ratios fp32 / bf16, TRL's grad norm of each update in both dtypes, and how far
+apart the adapters end after the N updates: |W_bf16 - W_fp32| / |W_fp32 - W_init| over all LoRA
+weights (0: the same update; the loss itself is no measure here: on-policy GRPO's loss is 0 at
+every update, the group's advantages summing to zero). Proposer: `--tiny` (the random hidden-256
+model of rsft_throughput) or the real 0.5B checkpoint (`--proposer`). Target (issue 25): >= 2.5x.
 """
 
 from __future__ import annotations
@@ -25,12 +45,17 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import random
+import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
+from benchmarks.rsft_throughput import WORDS, make_bench_model
 from whale.harness import RuntimeConfig, make_runtime
 from whale.models import ModelConfig, build_model, close_model
+from whale.models.base import Completion, Sampling
 from whale.revise.report import ReportConfig
 from whale.train.checkpoint import resolve_gguf, trainable_checkpoint
 from whale.train.proposer.contexts import ContextSettings, build_contexts, open_family
@@ -60,7 +85,7 @@ def one(generation: str, a: argparse.Namespace, ckpt: Path, root: Path) -> dict[
             serving = EmbeddedServing(gguf, alias, threads=a.threads, timeout_s=600.0)
         s = GRPOSettings(g=a.g, contexts_per_update=a.contexts, updates=1,
                          max_completion=a.max_completion, generation=generation,
-                         threads=a.threads)  # fmt: skip
+                         threads=a.threads, dtype=a.dtype)  # fmt: skip
         t0 = time.monotonic()
         _, stats = train_grpo([(c.id, c.prompt) for c in ctxs], reward, ckpt, s, run / "grpo",
                               init_adapter=Path(a.adapter) if a.adapter else None,
@@ -80,6 +105,124 @@ def one(generation: str, a: argparse.Namespace, ckpt: Path, root: Path) -> dict[
         close_model(solver)
 
 
+# --- bf16 against fp32 on fixed completions ------------------------------------------------
+class FixedChat:
+    """A completion fixed by the request's seed (not by the weights): random words, up to
+    `max_tokens` tokens, ending in a stop."""
+
+    def __init__(self, tok: Any) -> None:
+        self.tok = tok
+
+    def chat(self, messages: Any, sampling: Sampling, timeout: float | None = None) -> Completion:
+        rng = random.Random(sampling.seed)
+        words: list[str] = []
+        while True:
+            more = [*words, rng.choice(WORDS)]
+            n = len(self.tok(" ".join(more), add_special_tokens=False)["input_ids"])
+            if n > sampling.max_tokens - 1:
+                break
+            words = more
+        text = " ".join(words)
+        n = len(self.tok(text, add_special_tokens=False)["input_ids"])
+        return Completion(text, "stop", usage={"completion_tokens": n})
+
+
+class FixedServing:
+    def __init__(self, tok: Any) -> None:
+        self.tok = tok
+
+    def serve(self, adapter: Path | None) -> FixedChat:
+        return FixedChat(self.tok)
+
+    def close(self) -> None:
+        pass
+
+
+def letter_reward(contexts: Any, texts: Any) -> list[float]:
+    return [t.count("e") / max(1, len(t)) for t in texts]
+
+
+def _init_adapter(ckpt: Path, out: Path, r: int) -> Path:
+    """A random fp32 LoRA adapter (A and B nonzero): both arms start from these weights."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    base = AutoModelForCausalLM.from_pretrained(ckpt, dtype=torch.float32)
+    targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+    config = LoraConfig(r=r, lora_alpha=2 * r, target_modules=targets, task_type="CAUSAL_LM")
+    model = get_peft_model(base, config)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 1e-3)
+    model.save_pretrained(str(out))
+    return out
+
+
+def _weights(adapter: Path) -> Any:
+    import torch
+    from safetensors.torch import load_file
+
+    w = load_file(str(adapter / "adapter_model.safetensors"))
+    return torch.cat([w[k].flatten().double() for k in sorted(w)])
+
+
+def fixed(a: argparse.Namespace) -> None:
+    from transformers import AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    tmp = Path(tempfile.mkdtemp(prefix="grpo-dtype-"))
+    if a.tiny:
+        ckpt, label = make_bench_model(tmp / "bench"), "tiny (hidden 256, 4 layers)"
+    else:
+        ckpt = trainable_checkpoint(a.proposer)
+        label = str(ckpt)
+    tok = AutoTokenizer.from_pretrained(ckpt)
+    rng = random.Random(0)
+    prompts = [(f"ctx{i}", " ".join(rng.choices(WORDS, k=a.prompt_words)))
+               for i in range(a.contexts)]  # fmt: skip
+    init = _init_adapter(ckpt, tmp / "init", a.r)
+    arms = ["fp32", "bf16"]
+    grads: dict[str, list[float]] = {d: [] for d in arms}
+    cpus: dict[str, list[float]] = {d: [] for d in arms}
+    rows: dict[str, Any] = {}
+    finals: dict[str, Path] = {}
+    for i in range(a.repeats):
+        for d in arms if i % 2 == 0 else arms[::-1]:
+            s = GRPOSettings(g=a.g, contexts_per_update=a.contexts, updates=a.updates,
+                             max_completion=a.max_completion, max_prompt=100_000,
+                             generation="embedded", threads=a.threads, dtype=d)  # type: ignore[arg-type]  # fmt: skip
+            out = tmp / f"{d}_{i}"
+            cpu = time.process_time()
+            adapter, stats = train_grpo(prompts, letter_reward, ckpt, s, out, init_adapter=init,
+                                        serving=FixedServing(tok), say=lambda m: None)  # type: ignore[arg-type]  # fmt: skip
+            cpus[d].append((time.process_time() - cpu) / a.updates)
+            per = [u.gradient_s for u in stats]
+            print(f"  run {i + 1} {d}: gradient s per update {[round(x, 2) for x in per]}; "
+                  f"CPU s per update {cpus[d][-1]:.2f}", flush=True)  # fmt: skip
+            grads[d].append(statistics.fmean(per))
+            rows[d], finals[d] = stats, adapter
+    w0, w32, w16 = _weights(init), _weights(finals["fp32"]), _weights(finals["bf16"])
+    apart = float((w16 - w32).norm() / (w32 - w0).norm())
+    tokens = rows["fp32"][0].completion_tokens
+    print(f"\nmodel {label}; {a.contexts} context(s) x G={a.g}, {a.updates} updates, prompt "
+          f"{a.prompt_words} words, {tokens} completion tokens per update; {a.threads} "
+          "threads")  # fmt: skip
+    print("| dtype | best mean gradient s per update | best CPU s per update | grad norm per "
+          "update |\n|---|---|---|---|")  # fmt: skip
+    for d in arms:
+        norms = ", ".join(f"{u.grad_norm:.4g}" for u in rows[d])
+        print(f"| {d} | {min(grads[d]):.2f} | {min(cpus[d]):.2f} | {norms} |")
+    print(f"gradient step fp32 / bf16: {min(grads['fp32']) / min(grads['bf16']):.2f}x wall, "
+          f"{min(cpus['fp32']) / min(cpus['bf16']):.2f}x CPU (target >= 2.5x)")  # fmt: skip
+    print(f"adapters after {a.updates} updates: |W_bf16 - W_fp32| / |W_fp32 - W_init| = "
+          f"{apart:.4f}")  # fmt: skip
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--family", default="rg:letter_counting")
@@ -95,7 +238,19 @@ def main() -> None:
     p.add_argument("--adapter", default=None,
                    help="start from this PEFT adapter (e.g. a train-proposer sft/adapter, "
                    "whose edits apply, so that the reward runs candidates)")
+    p.add_argument("--dtype", default="auto", choices=["auto", "bf16", "fp32"])
+    p.add_argument("--fixed", action="store_true", help="bf16 against fp32, fixed completions")
+    p.add_argument("--tiny", action="store_true", help="--fixed on the tiny random model")
+    p.add_argument("--updates", type=int, default=3, help="--fixed: updates per arm")
+    p.add_argument("--prompt-words", type=int, default=120, help="--fixed: words per prompt")
+    p.add_argument("--repeats", type=int, default=2, help="--fixed: runs of each arm")
+    p.add_argument("--r", type=int, default=32, help="--fixed: LoRA rank")
     a = p.parse_args()
+    if a.fixed:
+        if a.max_completion == p.get_default("max_completion"):
+            a.max_completion = 64
+        fixed(a)
+        return
     ckpt = trainable_checkpoint(a.proposer)
     results = {}
     with tempfile.TemporaryDirectory(prefix="grpo-step-") as tmp:

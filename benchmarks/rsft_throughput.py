@@ -1,4 +1,5 @@
-"""Training tokens/s of `LoraTrainer.train` against plain TRL `SFTTrainer`, same examples.
+"""Training tokens/s of `LoraTrainer.train` in bf16 and fp32, and against plain TRL
+`SFTTrainer`, on the same examples.
 
 Both train one pass over the SAME pre-tokenized examples (chat prompts masked, loss on the
 completion tokens: TRL gets `input_ids` + `completion_mask` with `completion_only_loss=True`)
@@ -12,7 +13,23 @@ optimizer creation or TRL's dataset preparation; tokens/s counts the trained (co
 the same number for both. Runs alternate (ours, TRL, TRL, ours, ...) and each side keeps its
 fastest run, so drift on a shared machine hits both alike.
 
-    python -m benchmarks.rsft_throughput [--model-dir DIR] [--examples N] [--tiny]
+    python -m benchmarks.rsft_throughput [--model-dir DIR] [--examples N | --steps N] [--tiny]
+        [--arms fp32,bf16,trl] [--profile]
+
+Arms (`--arms`, run in turn, the order reversed every repeat): `fp32` and `bf16` are
+`LoraTrainer` with `sft.dtype` "fp32" / "bf16" (bf16 = frozen base weights in bf16, LoRA
+weights fp32: whale.train.precision); `autocast` (fp32 weights under
+`torch.autocast("cpu", bfloat16)`) and `bf16-autocast` (bf16 weights under autocast) are the
+alternatives the choice was measured against; `trl` is TRL's `SFTTrainer` in fp32. Printed: per
+arm the best wall time of the pass (all of it is gradient steps: forward, backward, AdamW) and
+the best CPU time of this process over it (steadier than wall time on a shared machine), the
+pass's loss and the loss after the pass (`LoraTrainer.loss`, no dropout, in the arm's dtype);
+then each arm's ratio of step time to fp32's and its loss difference to fp32's after the N
+optimizer steps. Target (issue 25): the gradient step >= 2.5x faster in bf16 on a CPU with bf16
+units. First, the ceiling: GFLOP/s (CPU time, best of 7) of the model's largest linear layer
+(hidden x intermediate) on as many tokens as the median example, forward and the backward's
+input gradient, fp32 and bf16. `--profile`: then one optimizer step of each LoraTrainer arm
+under torch's profiler, the ops that took the most CPU time (which part of the step dominates).
 
 Default (`--tiny`, or no `--model-dir`): the tiny test tokenizer (tests/tiny.py) with a
 moderately larger random Qwen2 (hidden 256, 4 layers, intermediate 704: ~3 M parameters; the
@@ -26,7 +43,10 @@ from __future__ import annotations
 import argparse
 import random
 import tempfile
+import time
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from whale.train.data import IGNORE, Example, end_of_turn_id, template_ids
 from whale.train.sft import LoraSettings, LoraTrainer, SFTSettings, trained_positions
@@ -74,18 +94,97 @@ def make_examples(tok, n: int, seed: int = 0) -> list[Example]:  # noqa: ANN001
     return out
 
 
-def run_ours(model_dir: Path, examples: list[Example], lora: LoraSettings,
-             sft: SFTSettings) -> tuple[float, float]:  # fmt: skip
-    t = LoraTrainer(model_dir, lora, sft, seed=0)
+class AutocastTrainer(LoraTrainer):
+    """`LoraTrainer` whose forward runs under CPU bf16 autocast (an alternative measured, not
+    what whale trains with: see whale.train.precision)."""
+
+    def _nll_of(self, ids: Any, labels: Any, attention: Any) -> Any:
+        import torch
+
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return super()._nll_of(ids, labels, attention)
+
+
+# arm -> (trainer class, sft.dtype)
+OURS: dict[str, tuple[type[LoraTrainer], str]] = {
+    "fp32": (LoraTrainer, "fp32"), "bf16": (LoraTrainer, "bf16"),
+    "autocast": (AutocastTrainer, "fp32"), "bf16-autocast": (AutocastTrainer, "bf16"),
+}  # fmt: skip
+
+
+def make_ours(arm: str, model_dir: Path, lora: LoraSettings, sft: SFTSettings) -> LoraTrainer:
+    cls, dtype = OURS[arm]
+    return cls(model_dir, lora, replace(sft, dtype=dtype), seed=0)  # type: ignore[arg-type]
+
+
+def run_ours(arm: str, model_dir: Path, examples: list[Example], lora: LoraSettings,
+             sft: SFTSettings) -> tuple[float, float, float, float]:  # fmt: skip
+    """(wall s, CPU s, pass loss, loss after the pass) of one pass."""
+    t = make_ours(arm, model_dir, lora, sft)
     try:
+        cpu = time.process_time()
         s = t.train(examples)
+        cpu = time.process_time() - cpu
+        after = t.loss(examples)
     finally:
         t.close()
-    return s.wall_s, s.loss
+    return s.wall_s, cpu, s.loss, after
+
+
+def matmul_ceiling(model_dir: Path, tokens: int) -> str:
+    """fp32 and bf16 GFLOP/s of the MLP's up projection, forward (x W^T) and input gradient
+    (g W), on `tokens` rows: what bf16 can gain where matmuls are all the step does."""
+    import json
+
+    import torch
+
+    cfg = json.loads((model_dir / "config.json").read_text())
+    k, n = int(cfg["hidden_size"]), int(cfg["intermediate_size"])
+    flop = 2 * tokens * k * n / 1e9
+    rates = []
+    for dt in (torch.float32, torch.bfloat16):
+        x, w, g = (torch.randn(*shape).to(dt) for shape in ((tokens, k), (n, k), (tokens, n)))
+        for a, b in ((x, w.t()), (g, w)):  # forward x W^T; input gradient g W
+            a @ b
+            rates.append(flop / min(_cpu(lambda a=a, b=b: a @ b) for _ in range(7)))
+    f32, g32, f16, g16 = rates
+    return (
+        f"matmul {tokens}x{k}x{n}, GFLOP/s fp32 / bf16: forward {f32:.0f} / {f16:.0f} "
+        f"({f16 / f32:.2f}x), input gradient {g32:.0f} / {g16:.0f} ({g16 / g32:.2f}x)"
+    )
+
+
+def _cpu(f: Any) -> float:
+    t = time.process_time()
+    f()
+    return time.process_time() - t
+
+
+def profile_step(
+    arm: str,
+    model_dir: Path,
+    examples: list[Example],
+    lora: LoraSettings,
+    sft: SFTSettings,
+    rows: int = 8,
+) -> str:
+    """The top ops by self CPU time of one optimizer step (`batch_size` examples)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    t = make_ours(arm, model_dir, lora, sft)
+    try:
+        step = examples[: sft.batch_size]
+        t.train(step)  # warm: oneDNN's kernels for these shapes, AdamW's state
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            t.train(step)
+    finally:
+        t.close()
+    table: str = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows)
+    return table
 
 
 def run_trl(model_dir: Path, examples: list[Example], lora: LoraSettings,
-            sft: SFTSettings) -> tuple[float, float]:  # fmt: skip
+            sft: SFTSettings) -> tuple[float, float, float, float]:  # fmt: skip
     import torch
     from datasets import Dataset
     from peft import LoraConfig
@@ -116,10 +215,13 @@ def run_trl(model_dir: Path, examples: list[Example], lora: LoraSettings,
         )  # fmt: skip
         trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tok,
                              peft_config=peft)  # fmt: skip
+        cpu = time.process_time()
         result = trainer.train()
+        cpu = time.process_time() - cpu
     # The Trainer's own clock of its training loop: its setup inside train() (optimizer,
-    # accelerate) is left out, as LoraTrainer's is (done in __init__).
-    return float(result.metrics["train_runtime"]), float(result.training_loss)
+    # accelerate) is left out, as LoraTrainer's is (done in __init__); the CPU time has it.
+    loss = float(result.training_loss)
+    return float(result.metrics["train_runtime"]), cpu, loss, float("nan")
 
 
 def main() -> None:
@@ -127,13 +229,26 @@ def main() -> None:
     ap.add_argument("--model-dir", type=Path, help="a real HF checkpoint dir (default: tiny)")
     ap.add_argument("--tiny", action="store_true", help="the tiny random model (the default)")
     ap.add_argument("--examples", type=int, default=None, help="default 32 tiny, 16 real")
-    ap.add_argument("--repeats", type=int, default=2, help="runs of each side (alternating)")
+    ap.add_argument(
+        "--steps",
+        type=int,
+        default=None,
+        help="optimizer steps of the pass: examples = steps x batch size",
+    )
+    ap.add_argument(
+        "--arms", default="fp32,bf16,trl", help=f"comma list of {', '.join([*OURS, 'trl'])}"
+    )
+    ap.add_argument("--profile", action="store_true", help="profile one step of each arm")
+    ap.add_argument("--repeats", type=int, default=2, help="runs of each arm (alternating)")
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--micro-batch", type=int, default=1)
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--r", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
+    arms = args.arms.split(",")
+    if not arms or any(a not in (*OURS, "trl") for a in arms) or len(set(arms)) < len(arms):
+        ap.error(f"--arms: distinct names of {', '.join([*OURS, 'trl'])}")
 
     import torch
     from transformers import AutoTokenizer
@@ -149,6 +264,8 @@ def main() -> None:
     else:
         model_dir, label = args.model_dir, str(args.model_dir)
         n = args.examples or 16
+    if args.steps:
+        n = args.steps * args.batch_size
     tok = AutoTokenizer.from_pretrained(model_dir)
     examples = make_examples(tok, n)
     tokens = sum(trained_positions(e) for e in examples)
@@ -156,26 +273,44 @@ def main() -> None:
     lora = LoraSettings(r=args.r, alpha=2 * args.r)
     sft = SFTSettings(lr=args.lr, batch_size=args.batch_size, micro_batch=args.micro_batch,
                       threads=args.threads)  # fmt: skip
-    print(f"model {label}; {n} examples, {total} tokens, {tokens} trained; LoRA r={lora.r} "
-          f"alpha={lora.alpha}; batch {sft.batch_size} (micro {sft.micro_batch}); lr {sft.lr}; "
-          f"{args.threads} threads")  # fmt: skip
-    walls: dict[str, list[float]] = {"LoraTrainer": [], "TRL SFTTrainer": []}
-    losses: dict[str, float] = {}
-    runners = {"LoraTrainer": run_ours, "TRL SFTTrainer": run_trl}
+    steps = -(-n // sft.batch_size)
+    print(f"model {label}; {n} examples, {total} tokens, {tokens} trained; {steps} optimizer "
+          f"steps; LoRA r={lora.r} alpha={lora.alpha}; batch {sft.batch_size} (micro "
+          f"{sft.micro_batch}); lr {sft.lr}; {args.threads} threads")  # fmt: skip
+    print(matmul_ceiling(Path(model_dir), sorted(len(e.input_ids) for e in examples)[n // 2]),
+          flush=True)  # fmt: skip
+    walls: dict[str, list[float]] = {a: [] for a in arms}
+    cpus: dict[str, list[float]] = {a: [] for a in arms}
+    losses: dict[str, tuple[float, float]] = {}
     for i in range(args.repeats):
-        order = list(runners) if i % 2 == 0 else list(reversed(runners))
-        for name in order:
-            wall, loss = runners[name](model_dir, examples, lora, sft)
-            walls[name].append(wall)
-            losses[name] = loss
-            print(f"  run {i + 1} {name:<15} {wall:8.2f} s", flush=True)
-    print(f"{'trainer':<16} {'best s':>8} {'tokens/s':>9} {'pass loss':>10}")
-    rate = {}
-    for name, w in walls.items():
-        rate[name] = tokens / min(w)
-        print(f"{name:<16} {min(w):>8.2f} {rate[name]:>9.1f} {losses[name]:>10.4f}")
-    print(f"ratio LoraTrainer / TRL: {rate['LoraTrainer'] / rate['TRL SFTTrainer']:.2f} "
-          "(target >= 0.9)")  # fmt: skip
+        for arm in arms if i % 2 == 0 else list(reversed(arms)):
+            if arm == "trl":
+                wall, cpu, loss, after = run_trl(model_dir, examples, lora, sft)
+            else:
+                wall, cpu, loss, after = run_ours(arm, model_dir, examples, lora, sft)
+            walls[arm].append(wall)
+            cpus[arm].append(cpu)
+            losses[arm] = (loss, after)
+            print(f"  run {i + 1} {arm:<14} {wall:8.2f} s wall {cpu:8.2f} s CPU", flush=True)
+    print(f"{'arm':<14} {'best s':>8} {'best CPU s':>10} {'tokens/s':>9} {'pass loss':>10} "
+          f"{'loss after':>10}")  # fmt: skip
+    for arm in arms:
+        w = min(walls[arm])
+        print(f"{arm:<14} {w:>8.2f} {min(cpus[arm]):>10.2f} {tokens / w:>9.1f} "
+              f"{losses[arm][0]:>10.4f} {losses[arm][1]:>10.4f}")  # fmt: skip
+    if "fp32" in arms:
+        for arm in (a for a in arms if a not in ("fp32", "trl")):
+            print(f"step time fp32 / {arm}: {min(walls['fp32']) / min(walls[arm]):.2f}x wall, "
+                  f"{min(cpus['fp32']) / min(cpus[arm]):.2f}x CPU (target for bf16: >= 2.5x); "
+                  f"loss after {steps} steps, {arm} - fp32: "
+                  f"{losses[arm][1] - losses['fp32'][1]:+.4f}")  # fmt: skip
+        if "trl" in arms:
+            print(f"ratio LoraTrainer / TRL (fp32): {min(walls['trl']) / min(walls['fp32']):.2f} "
+                  "(target >= 0.9)")  # fmt: skip
+    if args.profile:
+        for arm in (a for a in arms if a != "trl"):
+            print(f"--- one step of {arm}, top ops by self CPU time")
+            print(profile_step(arm, model_dir, examples, lora, sft))
     tmp.cleanup()
 
 

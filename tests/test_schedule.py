@@ -21,6 +21,7 @@ from whale.runs import OutcomeStore
 from whale.schedule.curves import count_rollouts, curve_rows
 from whale.schedule.loop import Cotrain, Reads, ScheduleSettings, phases
 from whale.tasks import Grade, Question, TaskBase
+from whale.train.precision import resolve
 from whale.train.rsft import RsftSettings, Solver, WeightPhase, trainer_factory
 from whale.train.sft import LoraSettings, SFTSettings
 
@@ -138,6 +139,7 @@ def test_a_weight_step_trains_on_accepted_runs_and_serves_the_new_adapter(tmp_pa
         rec = weights.step(SEED, 0, 0, None, tags)
         assert rec.samples == 2 * 2 and rec.accepted >= 1  # 2 prompts (0.25 of 8), G = 2
         assert rec.trained and rec.examples == rec.accepted  # one model call per run
+        assert rec.dtype == resolve("auto", "cpu")  # recorded as trained: "auto" resolved
         assert run.solver.adapter == Path(rec.adapter_path) and rec.adapter == run.solver.digest
         msgs = [{"role": "user", "content": "Say a word about number 3."}]
         from whale.models import Sampling

@@ -22,7 +22,8 @@ from whale.train.proposer.sft import (
 )
 from whale.train.sft import LoraSettings
 
-FAST = dict(lora=LoraSettings(r=4, alpha=8), lr=1e-2, batch_size=2, threads=1)
+# fp32: the arithmetic checked here is fp32's (bf16: test_dtype.py)
+FAST = dict(lora=LoraSettings(r=4, alpha=8), lr=1e-2, batch_size=2, threads=1, dtype="fp32")
 
 
 def settings(**kw) -> ProposerSFTSettings:

@@ -45,7 +45,10 @@ def examples(tok) -> list[Example]:
 
 
 def trainer(model_dir, lr=1e-2, batch_size=2, micro_batch=1, adapter=None, seed=0):
-    sft = SFTSettings(lr=lr, batch_size=batch_size, micro_batch=micro_batch, threads=1)
+    # dtype fp32: the arithmetic checked here is fp32's (bf16: test_dtype.py)
+    sft = SFTSettings(
+        lr=lr, batch_size=batch_size, micro_batch=micro_batch, threads=1, dtype="fp32"
+    )
     return LoraTrainer(model_dir, LORA, sft, seed=seed, adapter=adapter)
 
 
@@ -103,7 +106,7 @@ def test_step_gradient_is_of_the_token_mean_over_the_step(tiny_model_dir, exampl
 
     step = [examples[0], examples[4]]  # completions of different lengths
     assert trained_positions(step[0]) != trained_positions(step[1])
-    sft = SFTSettings(lr=1e-2, batch_size=2, max_grad_norm=0.0, threads=1)
+    sft = SFTSettings(lr=1e-2, batch_size=2, max_grad_norm=0.0, threads=1, dtype="fp32")
     t = LoraTrainer(tiny_model_dir, LORA, sft, seed=0)
     seen = []
     original = t.optimizer.step

@@ -163,7 +163,9 @@ class DistributedLoraTrainer(LoraTrainer):
                  seed: int, adapter: Path | None = None) -> None:  # fmt: skip
         from accelerate.utils import DistributedType
 
-        super().__init__(base_dir, lora, sft, seed, adapter=adapter)
+        on_cuda = accelerator.device.type == "cuda"  # where "auto" looks for bf16 units
+        super().__init__(base_dir, lora, sft, seed, adapter=adapter,
+                         device="cuda" if on_cuda else "cpu")  # fmt: skip
         self.accelerator = acc = accelerator
         self._deepspeed = acc.distributed_type == DistributedType.DEEPSPEED
         self._sharded = self._deepspeed or acc.distributed_type == DistributedType.FSDP
@@ -231,7 +233,8 @@ class DistributedLoraTrainer(LoraTrainer):
         wall = time.monotonic() - t0
         return StepStats(examples=len(usable), tokens=total_tokens, loss=total_nll / total_tokens,
                          optimizer_steps=steps, wall_s=wall,
-                         tokens_per_s=total_tokens / wall if wall > 0 else 0.0)  # fmt: skip
+                         tokens_per_s=total_tokens / wall if wall > 0 else 0.0,
+                         dtype=self.dtype)  # fmt: skip
 
     def save(self, out: Path) -> Path:
         """Rank 0 writes what `LoraTrainer.save` writes; every rank returns after it has. Under

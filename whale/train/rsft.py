@@ -100,6 +100,7 @@ class WeightStep:
     sample_s: float = 0.0
     train_s: float = 0.0
     harness: str = ""  # hash of the frozen harness the samples ran
+    dtype: str | None = None  # what the step trained in ("bf16" | "fp32"); None: no training
 
 
 class Solver:
@@ -342,6 +343,7 @@ class WeightPhase:
         rec.train_s = round(time.monotonic() - t0, 2)
         rec.trained, rec.loss, rec.tokens = True, stats.loss, stats.tokens
         rec.tokens_per_s = round(stats.tokens_per_s, 1)
+        rec.dtype = stats.dtype
         self.solver.set_adapter(out)
         rec.adapter, rec.adapter_path = self.solver.digest, str(out)
 

@@ -29,6 +29,11 @@ N processes make the update one process makes); `SFTSettings.launcher = "acceler
 the weight phase train that way, in a subprocess. One process without accelerate is this class,
 unchanged.
 
+dtype (`SFTSettings.dtype`, "auto" | "bf16" | "fp32"; `whale.train.precision`): the frozen base
+weights in bf16 where the CPU has bf16 units ("auto"), the LoRA weights, their AdamW state and
+the saved adapter fp32 either way; the dtype trained in is recorded in `StepStats.dtype` and
+`trainer_state.json`.
+
 Not covered: the learning-rate schedule (constant here: the caller knows how many steps a run
 will take and may set `sft.lr` per trainer), gradient checkpointing, and devices other than the
 CPU in this class (`whale.train.launch` moves the model where accelerate says).
@@ -48,8 +53,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from whale.config import check_choices
 from whale.records import record_dir
 from whale.train.data import IGNORE, Example
+from whale.train.precision import Device, TrainDtype, keep_fp32, resolve, torch_dtype
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +100,11 @@ class SFTSettings:
     accelerate_config: str | None = None  # path of an accelerate config (yaml or json)
     num_processes: int = 0  # 0: the config's num_processes; else passed to accelerate launch
     launch_timeout_s: float | None = None  # a launched step running longer is killed
+    # "auto": bf16 base weights where the hardware has bf16 units, else fp32 (whale.train.precision)
+    dtype: TrainDtype = "auto"
 
     def validate(self) -> None:
+        check_choices(self)
         if self.lr <= 0:
             raise ValueError("sft: lr must be > 0")
         for name in ("batch_size", "micro_batch", "max_len", "threads"):
@@ -129,6 +139,7 @@ class StepStats:
     optimizer_steps: int
     wall_s: float
     tokens_per_s: float
+    dtype: str = "fp32"  # what the step computed in: "bf16" (base weights) or "fp32"
 
 
 def trained_positions(ex: Example) -> int:
@@ -166,7 +177,8 @@ def usable_examples(examples: Sequence[Example], max_len: int) -> list[Example]:
 class LoraTrainer:
     """A LoRA adapter on a base checkpoint, with its AdamW state, kept in memory across
     `train` calls. `adapter` resumes from a directory written by `save` (weights, optimizer
-    state, pass count: a resumed trainer continues as the saved one would have)."""
+    state, pass count: a resumed trainer continues as the saved one would have). `device`:
+    where "auto" looks for bf16 units (this class trains on the CPU; a subclass may move it)."""
 
     def __init__(
         self,
@@ -175,6 +187,7 @@ class LoraTrainer:
         sft: SFTSettings,
         seed: int,
         adapter: Path | None = None,
+        device: Device = "cpu",
     ) -> None:
         import torch
         from peft import LoraConfig, PeftModel, get_peft_model
@@ -187,7 +200,8 @@ class LoraTrainer:
         self.optimizer_steps = 0
         torch.set_num_threads(sft.threads)
         torch.manual_seed(seed)
-        base = AutoModelForCausalLM.from_pretrained(self.base_dir, dtype=torch.float32)
+        self.dtype = resolve(sft.dtype, device)
+        base = AutoModelForCausalLM.from_pretrained(self.base_dir, dtype=torch_dtype(self.dtype))
         state: dict[str, Any] | None = None
         if adapter is not None:
             adapter = Path(adapter)
@@ -206,6 +220,7 @@ class LoraTrainer:
             )  # fmt: skip
             self.model = get_peft_model(base, config)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
+        keep_fp32(self.params)  # PEFT's default already; the saved adapter's format depends on it
         self.optimizer = torch.optim.AdamW(
             self.params, lr=sft.lr, weight_decay=sft.weight_decay, betas=(0.9, 0.999), eps=1e-8
         )
@@ -321,6 +336,7 @@ class LoraTrainer:
             optimizer_steps=steps,
             wall_s=wall,
             tokens_per_s=total_tokens / wall if wall > 0 else 0.0,
+            dtype=self.dtype,
         )
 
     def loss(self, examples: Sequence[Example]) -> float:
@@ -369,6 +385,7 @@ class LoraTrainer:
             "optimizer": bool(opt),
             "lora": asdict(self.lora) | {"targets": list(self.lora.targets)},
             "sft": asdict(self.sft),
+            "dtype": self.dtype,  # what the base computed in ("auto" resolved)
         }
         (tmp / STATE_FILE).write_text(json.dumps(state, indent=1))
         if out.exists():

@@ -11,8 +11,12 @@ advantages. On TRL 1.16:
   by the batch's token count, `dr_grpo` by a constant: not the paper's per-sequence weight;
 - `scale_rewards="group"`: A_i = (r_i − mean) / (std + 1e-4), std Bessel-corrected; TRL's
   entropy bonus off (`entropy_coef=0`, not adaptive), `top_entropy_quantile=1` (every token);
-- a constant lr (TRL would decay it linearly to 0 over the 16 updates), fp32 (its config
-  defaults to bf16), gradient-norm clipping at 1 (transformers' default).
+- a constant lr (TRL would decay it linearly to 0 over the 16 updates), gradient-norm clipping
+  at 1 (transformers' default), TRL's `bf16` (autocast, its config's default) off: `dtype`
+  (`whale.train.precision`) loads the base weights in bf16 where the hardware has bf16 units
+  ("auto"; the LoRA weights and the saved adapters stay fp32), else fp32. "trl" generation
+  samples with the same bf16 weights. The dtype trained in is in `grpo_run.json`, so a run is
+  not resumed in the other one.
 TRL's sampler drops a partial batch (a pool smaller than `contexts_per_update` would give no
 update): `update_schedule` lays out every update's contexts (seeded permutations of the pool,
 cycled) and TRL reads them in order. Prompts over `max_prompt` tokens are left out.
@@ -71,9 +75,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from whale.config import check_choices
 from whale.models.base import MAX_TEMPERATURE
 from whale.records import JsonlWriter, record_dir
 from whale.train.data import end_of_turn_id, template_ids
+from whale.train.precision import TrainDtype, keep_fp32, resolve, torch_dtype
 from whale.train.sft import LoraSettings
 
 if TYPE_CHECKING:
@@ -114,8 +120,10 @@ class GRPOSettings:
     seed: int = 0
     gradient_checkpointing: bool = True  # TRL's default: memory for compute (~30% more)
     concurrency: int = 4  # requests in flight to the served model ("embedded")
+    dtype: TrainDtype = "auto"  # bf16 base weights where the hardware has bf16 units
 
     def validate(self) -> None:
+        check_choices(self)
         self.lora.validate()
         for name in ("g", "contexts_per_update", "updates", "max_completion", "max_prompt",
                      "micro_batch", "threads", "concurrency"):  # fmt: skip
@@ -220,9 +228,11 @@ def _restore_rows(out: Path, resume: Path | None) -> list[UpdateStats]:
 
 
 def _check_run(out: Path, run: dict[str, Any]) -> None:
-    """A resumed run must be the same run: settings, base, init adapter and prompts."""
+    """A resumed run must be the same run: settings, base, init adapter, prompts and the
+    dtype trained in (a run made before the setting existed trained in fp32)."""
     path = out / RUN_FILE
     saved = json.loads(path.read_text()) if path.exists() else run
+    saved.setdefault("dtype", "fp32")
     if saved != run:
         diff = sorted(k for k in run if saved.get(k) != run[k])
         raise ValueError(f"{out} holds a different GRPO run (differs in {diff})")
@@ -467,9 +477,12 @@ def _train(
         raise ValueError("grpo: no prompts")
     out, checkpoint = Path(out), Path(checkpoint)
     record_dir(out)  # never a link (whale.records)
+    dtype = resolve(settings.dtype)  # on CUDA where there is a device, as TRL trains
     run = {
+        # `dtype` is recorded resolved (below): "auto" is bf16 on one machine, fp32 on another
         "settings": {k: v for k, v in json.loads(json.dumps(asdict(settings))).items()
-                     if k not in _WHERE},  # fmt: skip
+                     if k not in (*_WHERE, "dtype")},  # fmt: skip
+        "dtype": dtype,
         "checkpoint": str(checkpoint.resolve()),
         "init_adapter": str(Path(init_adapter).resolve()) if init_adapter else None,
         "prompts": hashlib.sha256(json.dumps(list(prompts)).encode()).hexdigest()[:16],
@@ -505,7 +518,7 @@ def _train(
     dataset = Dataset.from_list(
         [{"prompt": _messages(msg), "context": cid} for update in plan for cid, msg in update]
     )
-    model: Any = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
+    model: Any = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch_dtype(dtype))
     peft_config = None
     if init_adapter is not None:
         model = PeftModel.from_pretrained(model, str(init_adapter), is_trainable=True)
@@ -542,6 +555,7 @@ def _train(
             callbacks=[recorder_cls(clock, out, settings.updates, say)], rollout_func=rollout,
         )  # fmt: skip
     trainer.whale_clock = clock
+    keep_fp32(p for p in trainer.model.parameters() if p.requires_grad)
     trainer.remove_callback(PrinterCallback)  # TRL's metric dicts on stdout: `say` reports
     trainer.train(resume_from_checkpoint=str(resume) if resume is not None else None)
     tmp = out / "adapter.tmp"

@@ -19,6 +19,12 @@ ceil(ceil(n / (micro_batch * processes)) / accumulation) optimizer steps (the `T
 count); a fractional epoch count e trains ceil(e * steps_per_epoch) steps, given as `max_steps`
 so the cosine schedule ends where training does. `batch_size` is per process.
 
+dtype (`sft.dtype`, `whale.train.precision`): the base weights in bf16 where the hardware has
+bf16 units ("auto"), the LoRA weights and the saved adapter fp32; TRL's own `bf16` (autocast)
+stays off. The dtype trained in is recorded in each run's record (`dtype`) and is part of its
+fingerprint, so a finished fold or adapter of the other dtype is trained again, not reused
+(an fp32 run keeps the fingerprint it had before the setting existed).
+
 Validation loss: TRL's `eval_loss` with one example per eval batch, i.e. the mean over
 validation examples of each one's token-mean completion NLL (not a token mean over the set).
 
@@ -51,6 +57,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from whale.config import above, at_least, check_choices, part
 from whale.records import record_dir
+from whale.train.precision import Dtype, TrainDtype, keep_fp32, resolve, torch_dtype
 from whale.train.sft import LoraSettings
 
 if TYPE_CHECKING:
@@ -78,6 +85,7 @@ class ProposerSFTSettings:
     threads: int = 2
     seed: int = 0
     save_every: int = 1  # optimizer steps between checkpoints (resume granularity)
+    dtype: TrainDtype = "auto"  # bf16 base weights where the hardware has bf16 units
 
     def validate(self) -> None:
         with part("lora"):
@@ -178,12 +186,22 @@ def _run_fingerprint(
     checkpoint: Path, settings: ProposerSFTSettings, train: Dataset, val: Dataset | None,
     epochs: float, grid: Sequence[float],
 ) -> str:  # fmt: skip
-    """What makes two runs the same run: data, settings, step count, eval grid, base."""
+    """What makes two runs the same run: data, settings, step count, eval grid, base, and the
+    dtype trained in ("auto" resolved; named only when bf16, so an fp32 run keeps the
+    fingerprint of a run made before the setting existed)."""
     steps = steps_for(epochs, _steps_per_epoch(len(train), settings))
+    dtype = _dtype(settings)
+    extra = {"dtype": dtype} if dtype != "fp32" else {}
     return _fingerprint(
         train, val=None if val is None else _fingerprint(val), steps=steps,
-        settings=asdict(settings), grid=list(grid), base=str(checkpoint),
+        settings={k: v for k, v in asdict(settings).items() if k != "dtype"}, grid=list(grid),
+        base=str(checkpoint), **extra,
     )  # fmt: skip
+
+
+def _dtype(settings: ProposerSFTSettings) -> Dtype:
+    """What the `SFTTrainer` trains in: on CUDA where there is a device, else on the CPU."""
+    return resolve(settings.dtype)
 
 
 def _write_json(path: Path, obj: Any) -> None:
@@ -258,6 +276,7 @@ def _trainer(
     torch.set_num_threads(settings.threads)
     set_seed(settings.seed)
     cuda = torch.cuda.is_available()
+    dtype = _dtype(settings)
     config = SFTConfig(
         output_dir=str(out), learning_rate=settings.lr, lr_scheduler_type=settings.scheduler,
         max_steps=max_steps, per_device_train_batch_size=settings.micro_batch,
@@ -265,7 +284,7 @@ def _trainer(
         gradient_accumulation_steps=settings.batch_size // settings.micro_batch,
         save_strategy="steps", save_steps=settings.save_every, save_total_limit=2,
         eval_strategy="no", logging_steps=1, report_to=[], disable_tqdm=True,
-        use_cpu=not cuda, bf16=cuda and torch.cuda.is_bf16_supported(),
+        use_cpu=not cuda, bf16=False,  # bf16 is in the base weights, not autocast (precision)
         seed=settings.seed, data_seed=settings.seed,
         max_length=None, completion_only_loss=True,
     )  # fmt: skip
@@ -275,7 +294,7 @@ def _trainer(
         target_modules=list(lora.targets), task_type="CAUSAL_LM",
     )  # fmt: skip
     with _quiet():
-        model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch_dtype(dtype))
         trainer: Any = SFTTrainer(
             model=model, args=config, processing_class=AutoTokenizer.from_pretrained(checkpoint),
             train_dataset=train.select_columns(list(COLUMNS)),
@@ -283,6 +302,7 @@ def _trainer(
             peft_config=peft_config, callbacks=[Progress(), *callbacks],
         )  # fmt: skip
     trainer.remove_callback(PrinterCallback)  # progress goes through `say`
+    keep_fp32(p for p in trainer.model.parameters() if p.requires_grad)
     if len(trainer.train_dataset) != len(train):  # max_length=None: TRL must keep every row
         raise RuntimeError(f"TRL kept {len(trainer.train_dataset)} of {len(train)} examples")
     return trainer
@@ -336,7 +356,7 @@ def _run(
         "steps_per_epoch": spe, "final_loss": losses[-1] if losses else None,
         "mean_loss": float(result.training_loss), "curve": curve,
         "resumed_from": None if resume is None else int(resume.name.split("-")[1]),
-        "wall_s": round(time.monotonic() - t0, 3),
+        "wall_s": round(time.monotonic() - t0, 3), "dtype": _dtype(settings),
     }  # fmt: skip
 
 

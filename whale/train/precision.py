@@ -1,0 +1,128 @@
+"""The dtype LoRA training computes in: one setting, `dtype`, in each trainer's section (the
+weight phase's `rsft.sft.dtype`, proposer SFT's `sft.dtype`, proposer GRPO's `grpo.dtype`):
+"auto" (the default), "bf16" or "fp32".
+
+"auto" is bf16 where the hardware has bf16 units, else fp32: on CUDA, a device that computes
+bf16 natively (`torch.cuda.is_bf16_supported(including_emulation=False)`: compute capability 8
+or more, or ROCm); on a CPU, the x86 flags `avx512_bf16` or `amx_bf16` in /proc/cpuinfo.
+torch's own CPU capability ("AVX512") does not say whether bf16 dot products are there, and
+oneDNN's bf16 check is true on any AVX-512 CPU (it emulates bf16), so the flags are read.
+Not covered: ARM's bf16 (`bf16` in the aarch64 Features line) and Apple silicon: "auto" is
+fp32 there, and "bf16" can be forced.
+
+What bf16 means (the same for the three trainers): the FROZEN base weights are loaded in bf16
+and everything computes in bf16 where they are; the LoRA weights stay fp32 (PEFT's
+`autocast_adapter_dtype`: its LoRA layers cast their input to fp32, compute the low-rank path
+in fp32 and add it back in bf16), and so do their gradients, the AdamW state and the saved
+adapter (the same fp32 safetensors in either dtype, which `whale.train.lora_gguf` converts).
+The loss (cross-entropy) is taken in fp32 on the bf16 logits. No autocast, by measurement
+(`python -m benchmarks.rsft_throughput --model-dir <0.5B> --examples 4 --batch-size 2 --arms
+fp32,bf16,autocast,bf16-autocast --threads 1`, a 2-core EPYC with avx512_bf16, shared; CPU time
+of the gradient steps, best of 2): fp32 14.6 s; autocast over fp32 weights 10.2 s (1.43x: autocast
+casts the frozen weights again on every forward, its cast cache keeps only leaf tensors that
+require grad, and a micro batch of one example does too little arithmetic to hide that copy);
+bf16 weights 8.65 s (1.68x); bf16 weights under autocast 8.2 s (1.78x, but slower by wall
+clock, 13.9 against 13.2 s: the gain is the small LoRA matmuls, within what runs vary) at the
+price of computing the trained weights' gradients in bf16. The loss after the 2 steps was within
+0.0013 across the three bf16 variants (0.026 above fp32's). bf16 weights also halve the base
+model's memory. So TRL's `bf16=True` (accelerate's autocast; it works with PEFT and both TRL
+trainers on torch 2.13's CPU) stays off and the base is loaded in bf16 instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+log = logging.getLogger(__name__)
+
+TrainDtype = Literal["auto", "bf16", "fp32"]  # the setting
+Dtype = Literal["bf16", "fp32"]  # what a run trained in (recorded)
+Device = Literal["cpu", "cuda"]
+# x86 CPU flags of bf16 arithmetic units: AVX-512 BF16 dot products (Zen 4, Cooper Lake and
+# later Xeons) and AMX's bf16 tiles (Sapphire Rapids and later).
+CPU_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+CPUINFO = Path("/proc/cpuinfo")
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What "auto" looks at: the CPU's flags, and the CUDA device if there is one."""
+
+    cpu_flags: frozenset[str] = frozenset()
+    cuda: bool = False  # a CUDA (or ROCm) device is there: the TRL trainers train on it
+    cuda_bf16: bool = False  # it computes bf16 natively
+
+    @property
+    def device(self) -> Device:
+        return "cuda" if self.cuda else "cpu"
+
+    def has_bf16(self, device: Device) -> bool:
+        if device == "cuda":
+            return self.cuda and self.cuda_bf16
+        return bool(self.cpu_flags & CPU_BF16_FLAGS)
+
+
+def cpu_flags(cpuinfo: str) -> frozenset[str]:
+    """The flags of the first processor in /proc/cpuinfo text (x86 `flags : ...`; the cores of
+    one machine share them). Empty when there is no such line (other architectures)."""
+    for line in cpuinfo.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() == "flags":
+            return frozenset(value.split())
+    return frozenset()
+
+
+def probe(cpuinfo: Path = CPUINFO) -> Hardware:
+    """This machine's Hardware (cached per path: the hardware does not change in a process)."""
+    return _probe(str(cpuinfo))
+
+
+@functools.cache
+def _probe(cpuinfo: str) -> Hardware:
+    import torch
+
+    try:
+        flags = cpu_flags(Path(cpuinfo).read_text(errors="replace"))
+    except OSError:  # not Linux
+        flags = frozenset()
+    cuda = bool(torch.cuda.is_available())
+    bf16 = cuda and bool(torch.cuda.is_bf16_supported(including_emulation=False))
+    return Hardware(cpu_flags=flags, cuda=cuda, cuda_bf16=bf16)
+
+
+def resolve(choice: str, device: Device | None = None, hardware: Hardware | None = None) -> Dtype:
+    """The dtype a trainer on `device` (None: the device the TRL trainers use, CUDA where there
+    is one, else the CPU) trains in for the setting `choice`. `hardware`: this machine's by
+    default (tests pass another). A forced "bf16" where there are no bf16 units is obeyed
+    (torch emulates it, slowly) with a warning."""
+    if choice not in ("auto", "bf16", "fp32"):
+        raise ValueError(f"dtype: {choice!r} is not one of 'auto', 'bf16', 'fp32'")
+    hw = hardware if hardware is not None else probe()
+    where = device or hw.device
+    if choice == "auto":
+        return "bf16" if hw.has_bf16(where) else "fp32"
+    if choice == "bf16" and not hw.has_bf16(where):
+        log.warning("dtype 'bf16' on a %s without bf16 units: emulated, likely slower than fp32",
+                    where)  # fmt: skip
+    return "bf16" if choice == "bf16" else "fp32"
+
+
+def torch_dtype(dtype: Dtype) -> Any:
+    """The torch dtype the frozen base weights are loaded in."""
+    import torch
+
+    return torch.bfloat16 if dtype == "bf16" else torch.float32
+
+
+def keep_fp32(params: Any) -> None:
+    """Make the trainable (LoRA) parameters fp32 where anything made them otherwise: their
+    updates, AdamW state and the saved adapter are fp32 whatever the base weights are."""
+    import torch
+
+    for p in params:
+        if p.dtype != torch.float32:
+            p.data = p.data.float()
