@@ -12,9 +12,16 @@
               the rule is never lowered to fill it
 
 Why `task_seed`: every later step draws its questions from its own task seed (0 unless a config
-says otherwise), so the questions read here are other instances of each family and no held-out
-question of a later step is among them; the choice of families cannot have seen a held-out
-score. Not checked: a family whose generator repeats the same question text under two seeds.
+says otherwise), so the questions read here are other instances of each family. A family with a
+small generator space writes some of the same questions under both seeds (rg:coin_flip,
+rg:aiw, rg:products did: one of 20 select questions was, word for word, a held-out question of
+the proposer step), so the questions read are also drawn clear of the later steps' pools: any
+question whose normalized prompt is among the first `exclude_size` questions of task seed
+`exclude_seed` is skipped, and the next one of `task_seed` read instead (up to
+`_DRAW_FACTOR` x `n` are drawn; a family left with fewer is read on those, and its n says so).
+The later pools are prefixes of that one where a family's i-th question depends only on the
+seed and i (Reasoning Gym's); a family that draws otherwise is not covered. The format variant
+rewords the canonical questions of the same seed, so it is covered by the canonical texts.
 
 Resume: a family whose run directory holds summary.json is read back, not run again; one cut
 short is run again from the start (`whale eval` keeps no ledger; the solver's response cache,
@@ -36,7 +43,8 @@ from typing import Any
 from whale import config as cfgmod
 from whale.errors import WhaleError
 from whale.records import read_json, record_dir, write_atomic
-from whale.tasks import refusal
+from whale.tasks import load_task, refusal
+from whale.tasks.base import Question, Task, WrappedTask, normalize_prompt
 from whale.tasks.variants import VARIANTS
 from whale.train.proposer.contexts import twin_groups
 
@@ -44,6 +52,7 @@ SELECTION = "selection.json"
 _LIST = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 RESERVED = ("dir", "families")  # outputs every select step has
 SET_HERE = ("n", "out")  # eval fields select sets itself (task.id and task.seed too)
+_DRAW_FACTOR = 10  # questions of task_seed drawn per question read, at most (module docstring)
 
 
 class SelectionShort(WhaleError):
@@ -58,6 +67,8 @@ class SelectConfig:
     candidates: list[str] = field(default_factory=list)
     n: int = 20  # questions per family
     task_seed: int = 1000  # a seed no later step's splits use (module docstring)
+    exclude_seed: int = 0  # the later steps' task seed: their questions are not read here
+    exclude_size: int = 200  # how many of its questions (at least every later step's pool)
     accuracy: list[float] = field(default_factory=lambda: [0.05, 0.6])  # [lo, hi], inclusive
     lists: dict[str, int] = field(default_factory=dict)  # name -> families, in order
     require: dict[str, str] = field(default_factory=dict)  # list -> a variant it must offer
@@ -70,6 +81,10 @@ class SelectConfig:
                 any(not c.strip() for c in self.candidates):  # fmt: skip
             raise cfgmod.FieldError("candidates", "want distinct, non-empty family ids")
         cfgmod.at_least(self, 1, "n")
+        cfgmod.at_least(self, 0, "exclude_size")
+        if self.exclude_size and self.exclude_seed == self.task_seed:
+            raise cfgmod.FieldError("exclude_seed", "must differ from task_seed: the questions "
+                                    "read would all be excluded")  # fmt: skip
         if len(self.accuracy) != 2 or not 0.0 <= self.accuracy[0] <= self.accuracy[1] <= 1.0:
             raise cfgmod.FieldError("accuracy", f"want [lo, hi] with 0 <= lo <= hi <= 1, got "
                                     f"{self.accuracy}")  # fmt: skip
@@ -163,6 +178,7 @@ def choose(cfg: SelectConfig, readings: Mapping[str, tuple[int, int]],
     for row in rows:
         row["list"] = where.get(row["family"])
     rule = {"accuracy": list(cfg.accuracy), "n": cfg.n, "task_seed": cfg.task_seed,
+            "exclude": {"seed": cfg.exclude_seed, "size": cfg.exclude_size},
             "harness": cfg.eval.get("harness", "single_call"),
             "model": _model_name(cfg.eval), "lists": dict(cfg.lists),
             "require": dict(cfg.require), "seed": cfg.seed,
@@ -200,25 +216,62 @@ def folder(family: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", family)
 
 
-def family_reading(family: str, cfg: SelectConfig, d: Path,
-                   evaluate: Callable[..., Any]) -> tuple[int, int]:  # fmt: skip
-    """(correct, n) of the seed harness on `family`: read back when its run finished, else
-    run (again from the start when cut short: `whale eval` keeps no ledger)."""
+Draw = Callable[[str, "SelectConfig", Mapping[str, Any]], Task]
+
+
+def family_reading(family: str, cfg: SelectConfig, d: Path, evaluate: Callable[..., Any],
+                   draw: Draw | None = None) -> tuple[int, int]:  # fmt: skip
+    """(correct, n) of the seed harness on `family`, on the questions `draw` gives (default
+    `reading_task`): read back when its run finished, else run (again from the start when cut
+    short: `whale eval` keeps no ledger)."""
     summary = d / "summary.json"
     if summary.is_file():
         s = read_json(summary)
         return round(float(s["accuracy"]) * int(s["n"])), int(s["n"])
     if d.exists():
         shutil.rmtree(d)
-    task = dict(cfg.eval.get("task", {}))
-    fields = {**cfg.eval, "task": {**task, "id": family, "seed": cfg.task_seed}, "n": cfg.n}
-    run = evaluate(out=d, fields=fields)
+    task_fields = dict(cfg.eval.get("task", {}))
+    task = (draw or reading_task)(family, cfg, task_fields)
+    n = len(task.questions())
+    fields = {**cfg.eval, "task": {**task_fields, "id": family, "seed": cfg.task_seed}, "n": n}
+    run = evaluate(task=task, out=d, fields=fields)
     reading = run.held_out["harness"]
     return reading.correct, reading.n
 
 
+class _Drawn(WrappedTask):
+    """A task whose questions are the ones select drew (`reading_task`)."""
+
+    def __init__(self, inner: Task, drawn: list[Question]) -> None:
+        super().__init__(inner)
+        self.drawn = drawn
+
+    def questions(self) -> list[Question]:
+        return list(self.drawn)
+
+
+def reading_task(family: str, cfg: SelectConfig, task_fields: Mapping[str, Any]) -> Task:
+    """`family` with the `n` questions select reads: the first of task seed `task_seed` whose
+    text is not among the first `exclude_size` of task seed `exclude_seed` (module docstring)."""
+    kw = {"config": task_fields.get("config") or None,
+          "variant": task_fields.get("variant", "canonical")}  # fmt: skip
+    task = load_task(family, size=cfg.n * _DRAW_FACTOR, seed=cfg.task_seed, **kw)
+    later: set[str] = set()
+    if cfg.exclude_size:
+        canon = load_task(family, size=cfg.exclude_size, seed=cfg.exclude_seed,
+                          config=kw["config"])  # fmt: skip
+        later = {normalize_prompt(q.prompt) for q in canon.questions()}
+    kept = [q for q in task.questions() if normalize_prompt(q.prompt) not in later]
+    if cfg.exclude_size and kw["variant"] != "canonical":  # the canonical words of each too
+        same = load_task(family, size=cfg.n * _DRAW_FACTOR, seed=cfg.task_seed,
+                         config=kw["config"]).questions()  # fmt: skip
+        clear = {q.id for q in same if normalize_prompt(q.prompt) not in later}
+        kept = [q for q in kept if q.id in clear]
+    return _Drawn(task, kept[: cfg.n])
+
+
 def run_select(fields: Mapping[str, Any], step_dir: Path, evaluate: Callable[..., Any],
-               say: Callable[[str], None]) -> dict[str, Any]:  # fmt: skip
+               say: Callable[[str], None], draw: Draw | None = None) -> dict[str, Any]:  # fmt: skip
     """Read every candidate, apply the rule, write selection.json; the step's outputs (each
     list, `families`: all that passed, LIST_VARIANT for each of `variants`). SelectionShort
     when a list cannot be filled (selection.json says so too)."""
@@ -226,7 +279,7 @@ def run_select(fields: Mapping[str, Any], step_dir: Path, evaluate: Callable[...
     record_dir(step_dir)
     readings = {}
     for k, fam in enumerate(cfg.candidates, 1):
-        readings[fam] = family_reading(fam, cfg, step_dir / folder(fam), evaluate)
+        readings[fam] = family_reading(fam, cfg, step_dir / folder(fam), evaluate, draw)
         say(f"select: {k}/{len(cfg.candidates)} {fam}: {readings[fam][0]}/{readings[fam][1]}")
     sel = choose(cfg, readings)
     write_atomic(step_dir / SELECTION, json.dumps(asdict(sel), indent=1))
