@@ -51,12 +51,13 @@ def cotrain_tables(step: Step, rec: StepRecord, d: Path, target: Path) -> list[s
     lines += _plot(step, d, target)
     lines += ["", "Phases and the capability metrics of their training rollouts (`phases.csv`):",
               "", "| schedule | cycle | phase | rollouts | cumulative | "
-              + " | ".join(CAPABILITIES) + " | eval accuracy after |",
-              "|---|---|---|---|---|" + "---|" * len(CAPABILITIES) + "---|"]  # fmt: skip
+              + " | ".join(CAPABILITIES) + " | eval accuracy after | eval top answer share |",
+              "|---|---|---|---|---|" + "---|" * len(CAPABILITIES) + "---|---|"]  # fmt: skip
     for p in phases:
         lines.append(f"| {p['schedule']} | {p['cycle']} | {p['phase']} | {p['rollouts']} | "
                      f"{p['cum_rollouts']} | " + " | ".join(fmt(p[c]) for c in CAPABILITIES)
-                     + f" | {fmt(p['eval_accuracy'])} |")  # fmt: skip
+                     + f" | {fmt(p['eval_accuracy'])} | "
+                     f"{fmt(p['eval_top_answer_share'])} |")  # fmt: skip
     lines += _adaptive(d)
     return lines
 

@@ -36,12 +36,14 @@ import csv
 import io
 import os
 import statistics
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from whale.records import RecordError, iter_jsonl, write_atomic
+from whale.train.guesses import answer_key
 
 LEDGER = "outcomes.jsonl"  # the schedule's OutcomeStore ledger
 READS = "reads.jsonl"
@@ -60,7 +62,7 @@ CURVE_COLUMNS = ("schedule", "cycle", "boundary", "training_rollouts", "ledger_r
 # Training-row metrics under their own names; the eval read that ended the phase as eval_*.
 PHASE_COLUMNS = ("schedule", "cycle", "phase", "rollouts", "eval_rollouts",
                  "validation_rollouts", "cum_rollouts", *METRICS[:-1], "eval_accuracy",
-                 "eval_score", "eval_n")  # fmt: skip
+                 "eval_score", "eval_n", "eval_top_answer_share")  # fmt: skip
 SUMMARY_COLUMNS = ("schedule", "base", "final", "best", "best_validation", "rollouts_at_best",
                    "training_rollouts", "stagewise_final", "crossing_rollouts",
                    "crossing_fraction", "base_at_or_above_stagewise_final", "weight_phases",
@@ -176,6 +178,17 @@ def capability_metrics(rows: Iterable[Mapping[str, Any]]) -> dict[str, float | N
         "accuracy": _mean([r["correct"] for r in rows]),
         "n": len(rows),
     }
+
+
+def top_answer_share(rows: Sequence[Mapping[str, Any]]) -> float | None:
+    """The share of `rows` whose answer is the most common one (compared as
+    `whale.train.guesses.answer_key` does; no answer counts as none): 1.0 is a solver that gives
+    every question one answer, the weight phase's collapse onto a constant. None: no rows."""
+    if not rows:
+        return None
+    counts = Counter(answer_key(r.get("answer")) for r in rows if isinstance(r.get("answer"), str))
+    counts.pop(None, None)
+    return max(counts.values(), default=0) / len(rows)
 
 
 # --- loading a run ---------------------------------------------------------------------------
@@ -307,6 +320,8 @@ def _phase_rows(schedules: list[_Schedule]) -> list[dict[str, Any]]:
                 "eval_accuracy": read["accuracy"] if read else None,
                 "eval_score": read["score"] if read else None,
                 "eval_n": read["n"] if read else None,
+                "eval_top_answer_share": top_answer_share([r for r in rows
+                                                           if r["kind"] == "eval"]),
             })  # fmt: skip
     return table
 

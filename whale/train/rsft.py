@@ -42,6 +42,7 @@ from whale.models.hf import adapter_digest
 from whale.records import JsonlWriter, RecordError, iter_jsonl, record_dir
 from whale.runs import OutcomeStore
 from whale.tasks import Question, Task
+from whale.train.guesses import answer_key, guesses
 from whale.train.patience import WeightPatience
 from whale.train.sft import EmptyTrainingSet, LoraSettings, SFTSettings
 
@@ -62,11 +63,16 @@ class RsftSettings:
     # that produced the accepted answer. Off: every call of an accepted run, as the paper does
     # (which trains on replies a harness asked for and ignored).
     provenance: bool = True
+    # The guard against training on lucky guesses (whale.train.guesses): an answer the solver
+    # gave on 2+ prompts of a step and that was accepted in at most this share of its samples
+    # is a guess, and its accepted runs are left out of S+. 0: off, the paper's S+.
+    guess_precision: float = 0.0
 
     def validate(self) -> None:
         at_least(self, 1, "g")
         above(self, 0.0, "step_epochs", "window", "p_w")
-        at_least(self, 0.0, "temperature", "t_min")
+        at_least(self, 0.0, "temperature", "t_min", "guess_precision")
+        at_most(self, 1.0, "guess_precision")
         at_most(self, MAX_TEMPERATURE, "temperature")  # Sampling's range
         for name in ("lora", "sft"):
             with part(name):
@@ -89,6 +95,10 @@ class WeightStep:
     skips: dict[str, int] = field(default_factory=dict)  # reason -> examples not trained on
     # Accepted runs left out of S+ by the answer-provenance rule: sample id -> why.
     unproven: dict[str, str] = field(default_factory=dict)
+    # Answers judged guesses (rsft.guess_precision), each with its counts; their accepted runs
+    # (`guessed` of `accepted`) are not in S+.
+    guesses: dict[str, str] = field(default_factory=dict)
+    guessed: int = 0
     trained: bool = False
     skipped: str | None = None  # why no training happened, if none did
     loss: float | None = None
@@ -259,7 +269,7 @@ class WeightPhase:
         before = self.solver.digest
         outcomes, trajs = self._sample(harness, k, prompts, tags)
         sample_s = time.monotonic() - t0
-        accepted = [t for o, t in zip(outcomes, trajs, strict=True) if o.correct]
+        accepted = [(o, t) for o, t in zip(outcomes, trajs, strict=True) if o.correct]
         rec = WeightStep(step=k, position=position, prompts=len(prompts), consumed=consumed,
                          samples=len(outcomes),
                          accepted=len(accepted),
@@ -267,10 +277,18 @@ class WeightPhase:
                          adapter_before=before, adapter=before,
                          adapter_path=str(self.solver.adapter) if self.solver.adapter else None,
                          sample_s=round(sample_s, 2), harness=h)  # fmt: skip
+        guessed = guesses(outcomes, self.settings.guess_precision)
+        rec.guesses = {a: c.text() for a, c in guessed.items()}
+        kept = [t for o, t in accepted if answer_key(o.answer) not in guessed]
+        rec.guessed = len(accepted) - len(kept)
         if not accepted:
             rec.skipped = f"no accepted trajectory (0 of {len(outcomes)} samples)"
+        elif not kept:
+            rec.skipped = (f"every accepted run's answer is a guess ({rec.guessed} of "
+                           f"{len(accepted)}; rsft.guess_precision {self.settings.guess_precision}"
+                           f"): {rec.guesses}")  # fmt: skip
         else:
-            self._train(rec, accepted, k)
+            self._train(rec, kept, k)
         self._log.write(asdict(rec))
         self.done[k] = rec
         return rec

@@ -1,0 +1,106 @@
+"""The weight phase's guard against lucky guesses (issue 26): an answer the solver gives on
+several prompts of a step and that the verifier mostly rejects is left out of S+."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from tests.train.test_rsft_provenance import SEEDS, weight_step
+from whale import config as cfgmod
+from whale.train.guesses import answer_key, guesses
+from whale.train.rsft import RsftSettings
+
+SINGLE_CALL = (SEEDS / "single_call.py").read_text()
+
+
+def outcome(prompt: str, g: int, answer: str | None, correct: bool) -> SimpleNamespace:
+    return SimpleNamespace(question_id=f"{prompt}@w0.{g}", answer=answer, correct=correct)
+
+
+def test_a_constant_answer_right_on_a_quarter_of_its_prompts_is_a_guess():
+    """letter_counting's collapse: "2" to every question, accepted where the count is 2."""
+    outs = [outcome(f"q{i}", g, "2", i == 0) for i in range(4) for g in range(2)]
+    got = guesses(outs, 0.5)
+    assert list(got) == ["2"]
+    assert (got["2"].prompts, got["2"].samples, got["2"].accepted) == (4, 8, 2)
+
+
+def test_answers_that_differ_by_question_are_not_guesses():
+    outs = [outcome(f"q{i}", g, str(i), g == 0) for i in range(4) for g in range(2)]
+    assert guesses(outs, 0.5) == {}
+
+
+def test_an_answer_given_on_one_prompt_only_is_never_judged():
+    """All G samples of one question agree and half are accepted: nothing to compare with."""
+    outs = [outcome("q0", g, "7", g % 2 == 0) for g in range(4)]
+    assert guesses(outs, 0.5) == {}
+
+
+def test_an_answer_right_on_most_of_its_prompts_is_kept():
+    """A yes/no task and a solver right on 3 of the 4 questions it says "yes" to."""
+    outs = [outcome(f"q{i}", 0, "Yes", i < 3) for i in range(4)]
+    assert guesses(outs, 0.5) == {}
+    assert list(guesses(outs, 0.75)) == ["yes"]  # the share is the user's threshold
+
+
+def test_answers_compare_stripped_with_case_and_spaces_folded():
+    assert answer_key("  The  Answer\n") == answer_key("the answer") == "the answer"
+    assert answer_key(None) is None and answer_key("   ") is None
+    outs = [outcome("q0", 0, "Two ", True), outcome("q1", 0, "two", False),
+            outcome("q2", 0, "TWO", False)]  # fmt: skip
+    assert list(guesses(outs, 0.5)) == ["two"]
+
+
+def test_off_by_default_and_at_zero():
+    assert RsftSettings().guess_precision == 0.0
+    outs = [outcome(f"q{i}", 0, "2", i == 0) for i in range(4)]
+    assert guesses(outs, 0.0) == {}
+
+
+@pytest.mark.parametrize("value", [-0.1, 1.5])
+def test_a_share_outside_zero_to_one_is_a_config_error(value):
+    with pytest.raises(cfgmod.ConfigError) as e:
+        cfgmod.build(RsftSettings, {"guess_precision": value})
+    assert e.value.field == "guess_precision"
+
+
+def always_13(messages, sampling):
+    return "Answer: 13"  # right for a1 (13), wrong for a0 (-4)
+
+
+def test_a_step_whose_accepted_runs_are_all_guesses_trains_nothing(tmp_path):
+    """Real jailed runs: the solver says 13 to both questions; a1's two samples are accepted."""
+    rec, trainer = weight_step(tmp_path, SINGLE_CALL, always_13, guess_precision=0.5)
+    assert rec.samples == 4 and rec.accepted == 2 and rec.guessed == 2
+    assert not rec.trained and trainer is None and "guess" in rec.skipped
+    row = json.loads((tmp_path / "weight" / "steps.jsonl").read_text().splitlines()[0])
+    assert row["guesses"] == {"13": "accepted in 2 of 4 samples on 2 prompts"}
+
+
+def test_without_the_guard_the_guesses_are_trained_on(tmp_path):
+    rec, trainer = weight_step(tmp_path, SINGLE_CALL, always_13)
+    assert rec.accepted == 2 and rec.guessed == 0 and rec.trained
+    assert trainer is not None and len(trainer.examples) == 2
+
+
+def test_a_solver_that_answers_each_question_keeps_its_runs(tmp_path):
+    def right(messages, sampling):
+        return "Answer: -4" if "5 - 3" in messages[-1]["content"] else "Answer: 13"
+
+    rec, trainer = weight_step(tmp_path, SINGLE_CALL, right, guess_precision=0.5)
+    assert rec.accepted == 4 and rec.guessed == 0 and rec.guesses == {}
+    assert rec.trained and trainer is not None and len(trainer.examples) == 4
+
+
+def test_the_phase_table_shows_a_collapse_as_the_top_answer_share():
+    """What the phase table reads after each phase: 1.0 when every eval answer is one."""
+    from whale.schedule.curves import top_answer_share
+
+    rows = [{"answer": a} for a in ["2", "2 ", "3", None]]
+    assert top_answer_share(rows) == 0.5  # "2" twice of 4; no answer counts as none
+    assert top_answer_share([{"answer": "2"}] * 40) == 1.0
+    assert top_answer_share([]) is None
+    assert top_answer_share([{"answer": None}, {"answer": 5}]) == 0.0  # not text: no answer

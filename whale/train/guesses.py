@@ -1,0 +1,73 @@
+"""Accepted guesses left out of S+: the weight phase's guard against collapsing onto a constant
+answer (issue 26).
+
+Rejection-sampling SFT trains on every run the verifier accepts, and a binary verifier cannot
+tell a solved question from a lucky guess. Measured on `rg:letter_counting` (docs/commands/
+cotrain.md): the 0.5B answered "1" or "2" to every question, the verifier accepted the samples
+where that was right (28%), and after one step on those the solver answered "2" to all 40 eval
+questions. The signal that tells a guess apart uses nothing but the step's own samples: a
+guess is an answer the solver gives whatever the question, so it is rejected on many of the
+questions it is given to. Here an answer (its text, stripped, case and inner whitespace folded)
+is a *guess* when the solver gave it on two or more distinct prompts of the step and the
+verifier accepted at most `precision` of the samples that gave it; the accepted runs with a
+guessed answer are left out of S+ (recorded per step: `WeightStep.guesses`).
+
+What it does not catch: a constant answer given on one prompt only (nothing to compare), and a
+guess right on most of the prompts it is given to (a binary task with skewed answers, at a
+threshold below that skew). What it costs: on a task whose answers are few (yes/no, small
+integers), accepted runs of a solver that is right more often than `precision` are kept, and of
+one that is not, dropped, even where it reasoned; so it is off by default (the paper's S+ is
+every accepted run) and the experiments name it (`rsft.guess_precision`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+def answer_key(answer: str | None) -> str | None:
+    """The text two answers are compared by: stripped, inner whitespace folded, casefolded."""
+    if answer is None:
+        return None
+    key = " ".join(answer.split()).casefold()
+    return key or None
+
+
+def prompt_of(question_id: str) -> str:
+    """The prompt a weight-step sample ran (`Rsft._sample_id`: "<question id>@w<k>.<g>")."""
+    return question_id.rsplit("@w", 1)[0]
+
+
+@dataclass
+class AnswerCount:
+    prompts: int  # distinct prompts whose samples gave the answer
+    samples: int
+    accepted: int
+
+    def text(self) -> str:
+        return f"accepted in {self.accepted} of {self.samples} samples on {self.prompts} prompts"
+
+
+def guesses(outcomes: Sequence[Any], precision: float) -> dict[str, AnswerCount]:
+    """The answers of `outcomes` (a step's samples: `question_id`, `answer`, `correct`) that are
+    guesses at `precision` (module docstring), each with its counts; {} when `precision` is 0."""
+    if precision <= 0:
+        return {}
+    prompts: dict[str, set[str]] = {}
+    samples: dict[str, int] = {}
+    accepted: dict[str, int] = {}
+    for o in outcomes:
+        key = answer_key(o.answer)
+        if key is None:
+            continue
+        prompts.setdefault(key, set()).add(prompt_of(o.question_id))
+        samples[key] = samples.get(key, 0) + 1
+        accepted[key] = accepted.get(key, 0) + bool(o.correct)
+    out = {}
+    for key, where in prompts.items():
+        count = AnswerCount(len(where), samples[key], accepted[key])
+        if count.prompts >= 2 and count.accepted and count.accepted <= precision * count.samples:
+            out[key] = count
+    return out
