@@ -3,7 +3,9 @@
 Each request takes the next behaviour from `script` (the last one repeats): ("ok", text),
 ("tool", name, arguments) a function call,
 ("status", code, message), ("sleep", seconds, text), ("close",) which drops the connection.
-A request with `return_token_ids` gets made-up ids back, where vLLM puts them.
+A request with `return_token_ids` gets made-up ids back, where vLLM puts them. A request with
+`n` > 1 gets n choices, "TEXT#i"; with `n_probs`, each choice i gets i + 1 token logprobs (as
+llama-server sends them).
 `/v1/load_lora_adapter` and `/v1/unload_lora_adapter` act like vLLM's runtime LoRA endpoints
 (200 with a text body; 400 for a name already loaded, 404 for one not loaded), keep `loras`
 (name -> path) and record each call in `lora_requests` as (endpoint, body); they take no
@@ -107,6 +109,18 @@ class StubServer:
                                  "message": {"role": "assistant", "content": text}}],
                     "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
                 }  # fmt: skip
+                n = body.get("n") or 1
+                if n > 1:  # as llama-server answers `n`: choice i is "TEXT#i", i + 1 tokens
+                    reply["choices"] = [
+                        {"index": i, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": f"{text}#{i}"}}
+                        for i in range(n)
+                    ]  # fmt: skip
+                if body.get("n_probs"):  # llama-server's per-token logprobs, one per token
+                    for i, choice in enumerate(reply["choices"]):
+                        token = {"id": 1, "token": "x", "bytes": [120], "prob": 1.0,
+                                 "top_probs": []}  # fmt: skip
+                        choice["logprobs"] = {"content": [token] * (i + 1)}
                 if body.get("return_token_ids"):  # vLLM's sampled ids, made up here
                     reply["prompt_token_ids"] = [7, 8, 9]
                     reply["choices"][0]["token_ids"] = [41, 42]

@@ -140,7 +140,9 @@ def test_embedded_serves_converted_adapter(tmp_path: Path) -> None:
         tuned = serving.serve(adapter)
         assert (adapter / "adapter.gguf").is_file()
         assert tuned.name.startswith("embedded:smol+") and tuned.name != base.name
-        assert set(serving.timings) == {"convert_s", "start_s", "total_s"}
+        assert set(serving.timings) == {"convert_s", "ready_s", "ping_s", "start_s", "total_s",
+                                        "restarts"}
+        assert serving.timings["start_s"] >= serving.timings["ready_s"] > 0
         assert tuned.chat(MESSAGES, GREEDY).text != base_text
         with pytest.raises(ModelError, match="closed"):
             base.chat(MESSAGES, GREEDY)  # one live server per serving object

@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from whale.config import above, at_least
+from whale.config import above, at_least, check_choices
 from whale.models.base import (
     ChatModel,
     Completion,
@@ -18,6 +18,7 @@ from whale.models.base import (
     ModelNotFound,
     ModelTimeout,
     ModelUnreachable,
+    PrefixCache,
     Sampling,
 )
 from whale.models.cache import CachedModel
@@ -41,7 +42,13 @@ class ModelConfig:
     (0: unbounded). `probe_s`: how often a fleet probes an endpoint that is down.
     `attempt_timeout_s`: a fleet endpoint that gives one call no reply within this many
     seconds is marked down and the call tried on another (0: off; a timed-out call still has
-    its endpoint probed, and marked down when the probe gets no answer either)."""
+    its endpoint probed, and marked down when the probe gets no answer either).
+
+    `prefix_cache`: which calls the embedded native server may answer from a prompt prefix it
+    has processed before (llama-server's `cache_prompt`, and the G samples of one prompt in
+    one request): "sampled" (temperature > 0; the default), "all" (greedy calls too: their
+    replies may then change, docs/models.md), "off". Other backends cache as their servers
+    do (vLLM: `--enable-prefix-caching`)."""
 
     name: str = DEFAULT_MODEL
     base_url: str | None = None
@@ -56,9 +63,11 @@ class ModelConfig:
     max_concurrency: int = 0
     probe_s: float = 5.0
     attempt_timeout_s: float = 0.0
+    prefix_cache: PrefixCache = "sampled"
 
     def validate(self) -> None:
         """Ranges, checked by `whale.config.build` (which has checked the types)."""
+        check_choices(self)
         if not self.name.strip():
             raise ValueError("name: must not be empty")
         at_least(self, 1, "n_ctx", "threads")
@@ -109,14 +118,15 @@ def build_model(cfg: ModelConfig) -> ChatModel:
     elif name.endswith(".gguf"):
         if not Path(name).is_file():
             raise ModelNotInstalled(f"GGUF file {name} does not exist")
-        model = EmbeddedLlama(name, n_ctx=cfg.n_ctx, threads=cfg.threads, timeout_s=cfg.timeout_s)
+        model = EmbeddedLlama(name, n_ctx=cfg.n_ctx, threads=cfg.threads, timeout_s=cfg.timeout_s,
+                              prefix_cache=cfg.prefix_cache)  # fmt: skip
     elif name in CATALOG:
         if not is_installed(name):
             raise ModelNotInstalled(
                 f"model {name!r} is not installed: run `whale models install {name}`"
             )
         model = EmbeddedLlama(model_path(name), alias=name, n_ctx=cfg.n_ctx, threads=cfg.threads,
-                              timeout_s=cfg.timeout_s)  # fmt: skip
+                              timeout_s=cfg.timeout_s, prefix_cache=cfg.prefix_cache)  # fmt: skip
     else:
         raise UnknownModel(name)
     if cfg.cache:
@@ -151,7 +161,8 @@ def trained_adapter(folder: Path, cfg: ModelConfig) -> ChatModel:
     if not gguf.is_file() or not lora.is_file():
         raise ModelNotInstalled(f"{folder}: base {gguf} or adapter {lora} does not exist")
     return EmbeddedLlama(gguf, alias=folder.name, n_ctx=cfg.n_ctx, threads=cfg.threads,
-                         timeout_s=cfg.timeout_s, lora=lora)  # fmt: skip
+                         timeout_s=cfg.timeout_s, lora=lora,
+                         prefix_cache=cfg.prefix_cache)  # fmt: skip
 
 
 def close_model(model: ChatModel | None) -> None:

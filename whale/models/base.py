@@ -10,8 +10,9 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from whale.errors import WhaleError
 
@@ -24,6 +25,20 @@ MAX_TEMPERATURE = 2.0
 # What `Sampling.tool_choice` may be: OpenAI's string choices (llama.cpp's server takes no
 # named-function choice).
 TOOL_CHOICES = ("auto", "none", "required")
+
+# When a server may reuse a processed prompt prefix (its KV cache) for a call
+# (`ModelConfig.prefix_cache`): "sampled" for calls with temperature > 0 only, "all" for greedy
+# calls too, "off" never. Greedy calls are left out by default because reusing a prefix changes
+# the low bits of the logits, and so some greedy replies (docs/models.md).
+PrefixCache = Literal["sampled", "all", "off"]
+PREFIX_CACHE: tuple[PrefixCache, ...] = ("sampled", "all", "off")
+
+
+def reuses_prefix(policy: str, sampling: Sampling) -> bool:
+    """Whether a call with `sampling` may reuse a cached prompt prefix under `policy`."""
+    if policy == "all":
+        return True
+    return policy == "sampled" and sampling.temperature > 0
 
 
 def _number(x: Any) -> bool:
@@ -225,6 +240,52 @@ class ChatModel(Protocol):
     def chat(
         self, messages: list[Message], sampling: Sampling, timeout: float | None = None
     ) -> Completion: ...
+
+
+def each(
+    model: ChatModel,
+    messages: list[Message],
+    sampling: Sampling,
+    n: int,
+    timeout: float | None = None,
+) -> list[Completion]:
+    """`n` completions of one prompt, completion i sampled with seed `sampling.seed + i` (all
+    with no seed where it has none), by `n` calls made together: what `chat_n` does where a
+    backend cannot share the prompt. The first failure raises."""
+    if n < 1:
+        raise ValueError(f"n must be >= 1, not {n}")
+
+    def one(i: int) -> Completion:
+        seed = None if sampling.seed is None else sampling.seed + i
+        return model.chat(messages, replace(sampling, seed=seed), timeout)
+
+    if n == 1:
+        return [one(0)]
+    with ThreadPoolExecutor(max_workers=n) as pool:
+        return list(pool.map(one, range(n)))
+
+
+def chat_n(
+    model: ChatModel,
+    messages: list[Message],
+    sampling: Sampling,
+    n: int,
+    timeout: float | None = None,
+) -> list[Completion]:
+    """`n` completions of one prompt, completion i sampled with seed `sampling.seed + i`: by
+    the model's own `chat_n` where it has one (the embedded server, the response cache), else
+    by `each`. Whether the prompt is then processed once: `shares_prompt`."""
+    own = getattr(model, "chat_n", None)
+    if callable(own):
+        return own(messages, sampling, n, timeout)  # type: ignore[no-any-return]
+    return each(model, messages, sampling, n, timeout)
+
+
+def shares_prompt(model: Any, sampling: Sampling) -> bool:
+    """Whether `chat_n(model, ...)` with `sampling` processes the prompt once for all its
+    samples (the model says so by a `shares_prompt(sampling)` method; wrappers ask theirs)."""
+    own = getattr(model, "shares_prompt", None)
+    return bool(own(sampling)) if callable(own) else False
 
 
 async def achat(

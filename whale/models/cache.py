@@ -10,10 +10,11 @@ import hashlib
 import json
 import sqlite3
 import threading
-from dataclasses import asdict
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, replace
 from pathlib import Path
 
-from whale.models.base import ChatModel, Completion, Message, Sampling
+from whale.models.base import ChatModel, Completion, Message, Sampling, chat_n, each, shares_prompt
 
 
 def cache_key(model_name: str, messages: list[Message], sampling: Sampling) -> str:
@@ -40,19 +41,60 @@ class CachedModel:
         self, messages: list[Message], sampling: Sampling, timeout: float | None = None
     ) -> Completion:
         key = cache_key(self.inner.name, messages, sampling)
-        with self._lock:
-            row = self._db.execute("SELECT value FROM completions WHERE key = ?", (key,)).fetchone()
-        if row is not None:
-            self.hits += 1
-            return Completion(**{**json.loads(row[0]), "cached": True})
+        hit = self._get(key)
+        if hit is not None:
+            return hit
         self.misses += 1
         c = self.inner.chat(messages, sampling, timeout)
+        self._put(key, c)
+        return c
+
+    def shares_prompt(self, sampling: Sampling) -> bool:
+        return shares_prompt(self.inner, sampling)
+
+    def chat_n(
+        self, messages: list[Message], sampling: Sampling, n: int, timeout: float | None = None
+    ) -> list[Completion]:
+        """`n` completions, completion i with seed `sampling.seed + i` (`base.chat_n`), each
+        cached under the key of its own seed: the key a single call with that seed has, so a
+        completion asked for in a batch and one asked for alone are one entry. The ones not
+        cached are asked of the backend together, in one `chat_n` where they are one run of
+        consecutive seeds, else one call each."""
+        if sampling.seed is None:  # one key for all: as n single calls would be answered
+            return each(self, messages, sampling, n, timeout)
+        seeded = [replace(sampling, seed=sampling.seed + i) for i in range(n)]
+        keys = [cache_key(self.inner.name, messages, s) for s in seeded]
+        out: list[Completion | None] = [self._get(k) for k in keys]
+        missing = [i for i, c in enumerate(out) if c is None]
+        if not missing:
+            return [c for c in out if c is not None]
+        self.misses += len(missing)
+        if missing == list(range(missing[0], missing[-1] + 1)):
+            fresh = chat_n(self.inner, messages, seeded[missing[0]], len(missing), timeout)
+        else:
+            with ThreadPoolExecutor(max_workers=len(missing)) as pool:
+                fresh = list(
+                    pool.map(lambda i: self.inner.chat(messages, seeded[i], timeout), missing)
+                )
+        for i, c in zip(missing, fresh, strict=True):
+            self._put(keys[i], c)
+            out[i] = c
+        return [c for c in out if c is not None]
+
+    def _get(self, key: str) -> Completion | None:
+        with self._lock:
+            row = self._db.execute("SELECT value FROM completions WHERE key = ?", (key,)).fetchone()
+        if row is None:
+            return None
+        self.hits += 1
+        return Completion(**{**json.loads(row[0]), "cached": True})
+
+    def _put(self, key: str, c: Completion) -> None:
         with self._lock:
             self._db.execute(
                 "INSERT OR REPLACE INTO completions VALUES (?, ?)", (key, json.dumps(asdict(c)))
             )
             self._db.commit()
-        return c
 
     def close(self) -> None:
         with self._lock:

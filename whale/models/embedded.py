@@ -20,6 +20,13 @@ for this, see `native.command`), but llama.cpp is not batch-invariant: decoded a
 requests, a greedy reply can differ from the one it gets alone (docs/measurements.md). The python
 server, one request at a time, does not have this.
 
+Prompt prefixes (`prefix_cache`, issue 25): the native server's prompt cache is off, and a
+request turns it on for itself (`cache_prompt`) where the policy says so: by default sampled
+calls (temperature > 0) only, so that a greedy reply never depends on what the server ran
+before. `chat_n` asks for the samples of one prompt (the proposer's G) in one request, the
+prompt evaluated once (docs/models.md). Not covered: that request ends when its longest sample
+does, so a timeout fails all its samples where separate calls would have kept the short ones.
+
 The server cannot outlive this process (see `serverproc`): it dies by its parent-death signal
 when this process is killed (kill -9 included), `close()` and `kill_servers()` kill its process
 group, and servers left by dead whale processes are reaped when a new one starts.
@@ -50,7 +57,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 
@@ -58,11 +68,14 @@ import whale.models.native as native
 import whale.models.serverproc as serverproc
 import whale.models.vocab as vocab
 from whale.models.base import (
+    PREFIX_CACHE,
     Completion,
     ContextOverflow,
     Message,
     ModelError,
     Sampling,
+    each,
+    reuses_prefix,
     template_messages,
 )
 from whale.models.openai_compat import OpenAICompatible
@@ -71,6 +84,13 @@ from whale.models.openai_compat import OpenAICompatible
 # classify): "request (N tokens) exceeds the available context size (M tokens), ...".
 _NATIVE_OVERFLOW = "exceeds the available context size"
 _warned_python = False
+# chat_n's request fields: one logprob per token, read after sampling (so that nothing is
+# computed over the vocabulary), to count each choice's tokens.
+_COUNTED = {"n_probs": 1, "post_sampling_probs": True}
+# How often a starting server is asked whether it answers: a refused connection costs
+# microseconds, and the old 100 ms added 50 ms on average to every start.
+_POLL_S = 0.02
+T = TypeVar("T")
 
 # Started instances, for `kill_servers` (a signal handler must not take locks).
 _LIVE: dict[int, EmbeddedLlama] = {}
@@ -152,18 +172,28 @@ class EmbeddedLlama:
         lora: str | Path | None = None,
         slots: int = 4,
         server: str | None = None,
+        prefix_cache: str = "sampled",
+        lora_pending: bool = False,
     ) -> None:
         """`slots`: calls decoded together by the native server (whale's default workers);
         each slot holds `n_ctx` tokens. The python server decodes one at a time. `server`:
-        "native" or "python" forces that server (default: `server_kind()`)."""
+        "native" or "python" forces that server (default: `server_kind()`). `prefix_cache`
+        (`base.PREFIX_CACHE`): which calls the native server may answer from a processed
+        prompt prefix (see "Prompt prefixes" in the module's docstring). `lora_pending`: the
+        LoRA file is still being written (the server reads it after loading the model); the
+        name waits for `name_by_lora()`, called once it is there."""
         if slots < 1:
             raise ValueError(f"slots must be >= 1, not {slots}")
+        if prefix_cache not in PREFIX_CACHE:
+            raise ValueError(f"prefix_cache must be one of {', '.join(PREFIX_CACHE)}, "
+                             f"not {prefix_cache!r}")  # fmt: skip
+        self.prefix_cache: str = prefix_cache
         self.gguf = Path(gguf)
         self.alias = alias or self.gguf.stem
         self.lora = Path(lora) if lora is not None else None
         self.name = f"embedded:{self.alias}"
         if self.lora is not None:
-            self.name += f"+{lora_digest(self.lora)}"
+            self.name += "+pending" if lora_pending else f"+{lora_digest(self.lora)}"
         self.n_ctx, self.threads = n_ctx, threads or int(os.environ.get("WHALE_THREADS", "2"))
         self.ready_timeout_s, self.timeout_s = ready_timeout_s, timeout_s
         self.slots, self.server = slots, server
@@ -174,7 +204,15 @@ class EmbeddedLlama:
         self._closed = False
         self._lock = threading.Lock()
         self._turns: threading.Semaphore | None = None  # one per call the server decodes
+        self._many = threading.Lock()  # one caller at a time takes several turns (chat_n)
         self.log_path: Path | None = None
+        self.ready_s: float | None = None  # spawn to the first answer of /v1/models
+
+    def name_by_lora(self, digest: str | None = None) -> None:
+        """Name the model by its LoRA file's digest (`lora_digest` of the file, or `digest`
+        where the caller has it): for a model made with `lora_pending`."""
+        if self.lora is not None:
+            self.name = f"embedded:{self.alias}+{digest or lora_digest(self.lora)}"
 
     def prompt_char_limit(self) -> int | None:
         """The most characters of message text one call can carry and still fit (the broker
@@ -212,6 +250,7 @@ class EmbeddedLlama:
             self.log_path = log
             kind = server_kind(self.server)
             cmd = self._command(kind, port)
+            spawned = time.monotonic()
             with open(log, "wb") as f:
                 proc = serverproc.spawn(cmd, stdout=f, stderr=subprocess.STDOUT)
             self._proc = proc
@@ -219,7 +258,28 @@ class EmbeddedLlama:
             _LIVE[id(self)] = self
             atexit.register(self.close)
             base = f"http://127.0.0.1:{port}/v1"
-            deadline = time.monotonic() + self.ready_timeout_s
+            # Made while the server starts (an OpenAI client takes tens of ms to build).
+            client = OpenAICompatible(
+                self.alias, base, api_key="none", timeout_s=self.timeout_s,
+                request_fields=self._fields if kind == "native" else None,
+            )  # fmt: skip
+            try:
+                self._wait_ready(proc, log, base)
+            except BaseException:
+                client.close()
+                raise
+            self.ready_s = time.monotonic() - spawned
+            self.kind = kind
+            self._turns = threading.Semaphore(self.slots if kind == "native" else 1)
+            self._client = client
+            return client
+
+    def _wait_ready(self, proc: subprocess.Popen[bytes], log: Path, base: str) -> None:
+        """Until `/models` answers 200; a server that exits, a close() and the ready timeout
+        end the wait with ModelError. One plain-HTTP client for every poll: `httpx.get` builds
+        a TLS context each time (~25 ms of CPU here, taken from the starting server)."""
+        deadline = time.monotonic() + self.ready_timeout_s
+        with httpx.Client(timeout=1.0, verify=False, trust_env=False) as http:  # 127.0.0.1
             while True:
                 if self._closed:
                     self.close()
@@ -229,20 +289,18 @@ class EmbeddedLlama:
                     self.close(final=False)
                     raise ModelError(f"llama.cpp server exited ({proc.returncode}):\n{tail}")
                 try:
-                    if httpx.get(f"{base}/models", timeout=1.0).status_code == 200:
-                        break
+                    if http.get(f"{base}/models").status_code == 200:
+                        return
                 except httpx.HTTPError:
                     pass
                 if time.monotonic() > deadline:
                     self.close(final=False)
                     raise ModelError(f"llama.cpp server not ready after {self.ready_timeout_s} s")
-                time.sleep(0.1)
-            self.kind = kind
-            self._turns = threading.Semaphore(self.slots if kind == "native" else 1)
-            self._client = OpenAICompatible(
-                self.alias, base, api_key="none", timeout_s=self.timeout_s
-            )
-            return self._client
+                time.sleep(_POLL_S)
+
+    def _fields(self, sampling: Sampling) -> dict[str, bool]:
+        """The native server's per-request prompt cache switch (its default is off)."""
+        return {"cache_prompt": reuses_prefix(self.prefix_cache, sampling)}
 
     def _command(self, kind: str, port: int) -> list[str]:
         if kind == "native":
@@ -284,18 +342,60 @@ class EmbeddedLlama:
             )
         client = self.start()
         messages = server_messages(messages, self.kind)
+        return self._in_turns(1, lambda: client.chat(messages, sampling, timeout))
+
+    def shares_prompt(self, sampling: Sampling) -> bool:
+        """Whether `chat_n` asks for its samples in one request, the prompt processed once:
+        on the native server, for a call whose prefix may be reused (`prefix_cache`), with a
+        seed and no tools."""
+        return (
+            sampling.tools is None
+            and sampling.seed is not None
+            and reuses_prefix(self.prefix_cache, sampling)
+            and (self.kind or server_kind(self.server)) == "native"
+        )
+
+    def chat_n(
+        self, messages: list[Message], sampling: Sampling, n: int, timeout: float | None = None
+    ) -> list[Completion]:
+        """`n` completions of one prompt, completion i sampled with seed `sampling.seed + i`.
+        Where `shares_prompt(sampling)`, up to `slots` of them in one request (llama-server's
+        `n`: the prompt is evaluated once and its KV cache copied to the other slots; the
+        server seeds choice i with the request's seed + i, so that completion i is the one a
+        call with that seed alone gets, up to batching's low bits); else `n` calls, made
+        together. Each completion's `completion_tokens` is counted from its tokens' logprobs
+        (llama-server's `usage` counts the first choice only). The first failure raises."""
+        if n < 1:
+            raise ValueError(f"chat_n: n must be >= 1, not {n}")
+        if n == 1 or not self.shares_prompt(sampling):
+            return each(self, messages, sampling, n, timeout)
+        client = self.start()
+        if self.kind != "native":  # not reached: shares_prompt saw the kind a start uses
+            return each(self, messages, sampling, n, timeout)
+        messages = server_messages(messages, self.kind)
+        assert sampling.seed is not None  # shares_prompt
+        seed = sampling.seed
+
+        def part(first: int) -> list[Completion]:
+            k = min(self.slots, n - first)
+            s = replace(sampling, seed=seed + first)
+            return self._in_turns(k, lambda: client.chat_choices(messages, s, k, timeout, _COUNTED))
+
+        return [c for first in range(0, n, self.slots) for c in part(first)]
+
+    def _in_turns(self, k: int, call: Callable[[], T]) -> T:
+        """`call()` holding `k` of the server's turns (one per slot it decodes in), with a
+        dead server's log and an overflow told apart from other failures."""
         turns = self._turns
         if turns is None:  # closed between start() and here
             raise self._refuse()
-        while not turns.acquire(timeout=0.05):
-            if self._closed:
-                raise self._refuse()
+        self._take(turns, k)
         try:
             if self._closed:
                 raise self._refuse()
             proc = self._proc
             try:
-                return client.chat(messages, sampling, timeout)
+                return call()
             except ModelError as e:
                 if type(e) is ModelError and _NATIVE_OVERFLOW in str(e):
                     raise ContextOverflow(f"{self.alias}: prompt does not fit ({e})") from None
@@ -317,7 +417,31 @@ class EmbeddedLlama:
                                      f"{self.log_path}:\n{tail}") from None  # fmt: skip
                 raise
         finally:
-            turns.release()
+            for _ in range(k):
+                turns.release()
+
+    def _take(self, turns: threading.Semaphore, k: int) -> None:
+        """Acquire `k` turns, polling for close(). Several turns are taken by one caller at a
+        time (`_many`): two callers each holding part of what they need would wait forever."""
+        taken = 0
+        try:
+            if k > 1:
+                while not self._many.acquire(timeout=0.05):
+                    if self._closed:
+                        raise self._refuse()
+            try:
+                while taken < k:
+                    if turns.acquire(timeout=0.05):
+                        taken += 1
+                    elif self._closed:
+                        raise self._refuse()
+            finally:
+                if k > 1:
+                    self._many.release()
+        except BaseException:
+            for _ in range(taken):
+                turns.release()
+            raise
 
     def abort(self) -> None:
         """Refuse every later call and SIGKILL the server now (no wait, no lock)."""

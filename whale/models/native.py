@@ -5,7 +5,9 @@
 (also looked for under `$WHALE_CACHE/bin`). `WHALE_LLAMA_SERVER=PATH` names another binary
 (and only that one is then tried). Unlike llama-cpp-python's server, which decodes one request
 at a time, it decodes up to `-np` requests together (continuous batching) and applies a LoRA
-adapter given at start (`--lora`).
+adapter given at start (`--lora`): it reads LoRA files at start only (its `/lora-adapters`
+endpoint and a request's `lora` field scale adapters loaded then; docs/models.md), so a new
+adapter is a new server.
 
 Not covered: the binary's version is not checked beyond its file name (a binary named by
 `WHALE_LLAMA_SERVER` is trusted to accept the flags below), and a binary built with
@@ -98,13 +100,20 @@ def command(
     logits differ in the low bits from a full evaluation, so the same greedy (or seeded)
     request gave another reply the second time (docs/measurements.md); whale's response cache
     assumes a request's reply is stable. The cost: a conversation's earlier turns are
-    evaluated again at each call."""
+    evaluated again at each call. A request turns it on for itself (`cache_prompt: true`, see
+    `embedded.EmbeddedLlama`'s `prefix_cache`): sampled calls do by default.
+
+    Start-up (a new server per trained adapter, so it counts): `--fit off` skips a dry-run
+    load that projects memory use to shrink what is left unset (nothing here: the context is
+    set) and `--no-warmup` an empty decode; the server still decodes two tokens at start (its
+    check of the KV cache), and the first request pays the rest (what each saves:
+    `benchmarks/serve_adapter.py`, docs/measurements.md)."""
     cmd = [
         str(exe), "--model", str(gguf), "--host", "127.0.0.1", "--port", str(port),
         "--alias", alias, "--parallel", str(slots), "--ctx-size", str(n_ctx * slots),
         "--cont-batching", "--threads", str(threads), "--threads-batch", str(threads),
         "--poll", "0", "--threads-http", str(max(4, slots + 2)), "--no-cache-prompt",
-        "--cache-ram", "0", "--jinja", "--no-webui",
+        "--cache-ram", "0", "--jinja", "--no-webui", "--fit", "off", "--no-warmup",
     ]  # fmt: skip
     if extra_bufts_off():
         cmd.append("--no-repack")

@@ -14,7 +14,8 @@ import os
 import random
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import openai
 
@@ -30,6 +31,8 @@ from whale.models.base import (
     text_call,
 )
 
+R = TypeVar("R")
+
 _CONTEXT_WORDS = ("context length", "context window", "maximum context", "too many tokens",
                   "exceed context", "context_length", "context size")  # fmt: skip
 
@@ -44,11 +47,15 @@ class OpenAICompatible:
         backoff_s: float = 0.5,
         timeout_s: float = 120.0,
         token_ids: bool = False,
+        request_fields: Callable[[Sampling], dict[str, Any]] | None = None,
     ) -> None:
         """`token_ids`: ask for the sampled token ids (vLLM's `return_token_ids`), so that
-        training uses the tokens that were sampled; other servers may refuse the field."""
+        training uses the tokens that were sampled; other servers may refuse the field.
+        `request_fields`: extra body fields for a call with these sampling parameters (the
+        embedded llama-server's `cache_prompt`), merged into every request."""
         self.model = model
         self.token_ids = token_ids
+        self.request_fields = request_fields
         self.base_url = base_url.rstrip("/")
         self.name = f"openai:{self.base_url}:{model}"
         self.retries, self.backoff_s, self.timeout_s = retries, backoff_s, timeout_s
@@ -67,6 +74,33 @@ class OpenAICompatible:
     def chat(
         self, messages: list[Message], sampling: Sampling, timeout: float | None = None
     ) -> Completion:
+        return self._retrying(lambda left: self._once(messages, sampling, left), timeout)
+
+    def chat_choices(
+        self,
+        messages: list[Message],
+        sampling: Sampling,
+        n: int,
+        timeout: float | None = None,
+        fields: dict[str, Any] | None = None,
+    ) -> list[Completion]:
+        """One request for `n` completions of one prompt (OpenAI's `n`), retried as `chat`
+        is; `fields` are added to the body. What seed each choice was sampled with is the
+        server's business (llama.cpp: the request's seed + the choice's index). A choice's
+        `completion_tokens` is counted from its `logprobs.content` where the server sent it
+        (llama.cpp counts only the first choice in `usage`), else left out; tool calls are
+        not read (a request with tools is refused: ValueError)."""
+        if sampling.tools is not None:
+            raise ValueError("chat_choices: a request with tools is not supported")
+        if n < 1:
+            raise ValueError(f"chat_choices: n must be >= 1, not {n}")
+        return self._retrying(
+            lambda left: self._choices(messages, sampling, left, n, fields or {}), timeout
+        )
+
+    def _retrying(self, once: Callable[[float], R], timeout: float | None) -> R:
+        """`once(seconds left)`, retried with backoff on connection errors, 429 and 5xx until
+        `timeout` (default: this client's) has passed; other errors are raised as whale's."""
         timeout = self.timeout_s if timeout is None else timeout
         deadline = time.monotonic() + timeout
         attempt = 0
@@ -79,7 +113,7 @@ class OpenAICompatible:
                     f"{self.model} at {self.base_url}: no reply within {timeout:.1f} s"
                 )
             try:
-                return self._once(messages, sampling, left)
+                return once(left)
             except openai.APITimeoutError:
                 raise ModelTimeout(
                     f"{self.model} at {self.base_url}: no reply within {timeout:.1f} s"
@@ -134,7 +168,9 @@ class OpenAICompatible:
                 return
             time.sleep(min(left, 0.05))
 
-    def _once(self, messages: list[Message], sampling: Sampling, timeout: float) -> Completion:
+    def _kwargs(
+        self, messages: list[Message], sampling: Sampling, timeout: float, fields: dict[str, Any]
+    ) -> dict[str, Any]:
         kwargs: dict[str, Any] = dict(
             model=self.model,
             messages=messages,
@@ -152,22 +188,48 @@ class OpenAICompatible:
             extra_body["grammar"] = sampling.grammar
         if self.token_ids:
             extra_body["return_token_ids"] = True
+        if self.request_fields is not None:
+            extra_body.update(self.request_fields(sampling))
+        extra_body.update(fields)
         if extra_body:
             kwargs["extra_body"] = extra_body
         if sampling.tools is not None:
             kwargs["tools"] = json.loads(sampling.tools)
             kwargs["tool_choice"] = sampling.tool_choice or "auto"
-        r = self._client.chat.completions.create(**kwargs)
+        return kwargs
+
+    def _once(self, messages: list[Message], sampling: Sampling, timeout: float) -> Completion:
+        r = self._client.chat.completions.create(**self._kwargs(messages, sampling, timeout, {}))
         if not r.choices:
             raise ModelError(f"{self.base_url} returned no choices")
-        choice = r.choices[0]
-        usage = {}
-        if r.usage is not None:
-            usage = {
-                "prompt_tokens": int(r.usage.prompt_tokens or 0),
-                "completion_tokens": int(r.usage.completion_tokens or 0),
-                "total_tokens": int(r.usage.total_tokens or 0),
-            }
+        return self._completion(r, r.choices[0], sampling, _usage(r))
+
+    def _choices(
+        self,
+        messages: list[Message],
+        sampling: Sampling,
+        timeout: float,
+        n: int,
+        fields: dict[str, Any],
+    ) -> list[Completion]:
+        kwargs = self._kwargs(messages, sampling, timeout, fields)
+        kwargs["n"] = n
+        r = self._client.chat.completions.create(**kwargs)
+        if len(r.choices or []) != n:
+            raise ModelError(f"{self.base_url} returned {len(r.choices or [])} choices, not {n}")
+        usage = _usage(r)
+        out = []
+        for choice in r.choices:
+            own = {"prompt_tokens": usage["prompt_tokens"]} if usage else {}
+            content = getattr(getattr(choice, "logprobs", None), "content", None)
+            if isinstance(content, list):
+                own["completion_tokens"] = len(content)
+            out.append(self._completion(r, choice, sampling, own))
+        return out
+
+    def _completion(
+        self, r: Any, choice: Any, sampling: Sampling, usage: dict[str, int]
+    ) -> Completion:
         extra = getattr(choice, "model_extra", None) or {}
         token_ids = extra.get("token_ids")  # vLLM with return_token_ids
         prompt_ids = (getattr(r, "model_extra", None) or {}).get("prompt_token_ids")
@@ -198,6 +260,16 @@ class OpenAICompatible:
     def close(self) -> None:
         self._closed = True
         self._client.close()
+
+
+def _usage(r: Any) -> dict[str, int]:
+    if r.usage is None:
+        return {}
+    return {
+        "prompt_tokens": int(r.usage.prompt_tokens or 0),
+        "completion_tokens": int(r.usage.completion_tokens or 0),
+        "total_tokens": int(r.usage.total_tokens or 0),
+    }
 
 
 def _tool_calls(raw: Any) -> list[dict[str, str]]:

@@ -260,13 +260,23 @@ def _proposals(
     missing = [i for i in range(g) if i not in done]
     if not missing:
         return [done[i] for i in range(g)]
-    workers = max(1, min(len(missing), proposer.cfg.concurrency))
+    # A backend that shares the prompt among samples (Proposer.shares_prompt) is asked for
+    # each run of consecutive indices at once (the prompt processed once per run), the runs
+    # side by side; any other, one call per index, `concurrency` at a time (as always).
+    runs: list[list[int]] = []
+    for i in missing:
+        if runs and runs[-1][-1] == i - 1 and proposer.shares_prompt():
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    workers = max(1, min(len(runs), proposer.cfg.concurrency))
 
-    def one(i: int) -> Proposal:
-        return proposer.propose(prompt, 1, seed + i, parent)[0]
+    def some(run: list[int]) -> list[Proposal]:
+        return proposer.propose(prompt, len(run), seed + run[0], parent)
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        fresh = dict(zip(missing, pool.map(one, missing), strict=True))
+        asked = [p for made in pool.map(some, runs) for p in made]
+    fresh = dict(zip(missing, asked, strict=True))
     done.update({i: p for i, p in fresh.items() if p.error is None})
     rd.write_json("proposals.json", [{"index": i, **asdict(done[i])} for i in sorted(done)])
     failed = [{"index": i, **asdict(p)} for i, p in fresh.items() if p.error is not None]

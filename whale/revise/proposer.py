@@ -32,7 +32,7 @@ from whale.harness import Budget
 from whale.harness.bundle import ENTRY, BundleError, files_of, is_bundle
 from whale.harness.tools.spec import ToolSpec
 from whale.models import ChatModel, ModelError, Sampling
-from whale.models.base import MAX_TEMPERATURE
+from whale.models.base import MAX_TEMPERATURE, Completion, chat_n, shares_prompt
 from whale.revise.edits import SEARCH
 from whale.revise.grammar import GrammarUse, edit_grammar
 
@@ -220,28 +220,51 @@ class Proposer:
             return self.model.name.startswith("embedded:")
         return self.cfg.grammar == "on"
 
+    def shares_prompt(self) -> bool:
+        """Whether G proposals are asked for in one request (see `propose`)."""
+        return shares_prompt(self.model, self._sampling(0, None))
+
+    def _sampling(self, seed: int, grammar: str | None) -> Sampling:
+        return Sampling(max_tokens=self.cfg.max_tokens, temperature=self.cfg.temperature,
+                        seed=seed, grammar=grammar)  # fmt: skip
+
     def propose(self, prompt: str, g: int, seed: int, parent: str | None = None) -> list[Proposal]:
         """G samples with seeds seed, seed+1, ...; a failed call is a Proposal with its error.
-        With a grammar, `parent` (the harness source) fixes what SEARCH may copy."""
+        With a grammar, `parent` (the harness source) fixes what SEARCH may copy. Where the
+        model shares the prompt among samples (`models.base.shares_prompt`: the embedded
+        native server, for sampled calls) the G are one request, the prompt processed once
+        (`concurrency` is then the server's slots); else `concurrency` calls at a time."""
         grammar = None
         if parent is not None and self.uses_grammar():
             grammar = edit_grammar(parent, max_blocks=self.cfg.grammar_blocks)
 
-        def one(i: int) -> Proposal:
-            sampling = Sampling(
-                max_tokens=self.cfg.max_tokens,
-                temperature=self.cfg.temperature,
-                seed=seed + i,
-                grammar=grammar,
-            )
-            try:
-                c = self.model.chat([{"role": "user", "content": prompt}], sampling)
-            except ModelError as e:
-                return Proposal("", seed + i, "error", f"{type(e).__name__}: {e}")
+        messages = [{"role": "user", "content": prompt}]
+
+        def sampling(i: int) -> Sampling:
+            return self._sampling(seed + i, grammar)
+
+        def made(i: int, c: Completion) -> Proposal:
             return Proposal(
                 c.text.encode("utf-8", "replace").decode("utf-8"),  # no lone surrogates
                 seed + i, c.finish_reason, None, int(c.usage.get("completion_tokens", 0))
-            )
+            )  # fmt: skip
+
+        if g > 1 and shares_prompt(self.model, sampling(0)):
+            # One request for all G (the backend processes the prompt once): proposal i is
+            # still the sample of seed + i, cached under that seed; a failure fails all G.
+            try:
+                done = chat_n(self.model, messages, sampling(0), g)
+            except ModelError as e:
+                return [Proposal("", seed + i, "error", f"{type(e).__name__}: {e}")
+                        for i in range(g)]  # fmt: skip
+            return [made(i, c) for i, c in enumerate(done)]
+
+        def one(i: int) -> Proposal:
+            try:
+                c = self.model.chat(messages, sampling(i))
+            except ModelError as e:
+                return Proposal("", seed + i, "error", f"{type(e).__name__}: {e}")
+            return made(i, c)
 
         with ThreadPoolExecutor(max_workers=max(1, min(g, self.cfg.concurrency))) as pool:
             return list(pool.map(one, range(g)))

@@ -4,8 +4,10 @@ The weight phase saves an adapter after each step; the next rollouts must run on
 `SolverServing` turns an adapter folder (or None: the base) into a ready `ChatModel`:
 
 - `EmbeddedServing` (the default): llama.cpp on the solver's GGUF with the adapter converted to
-  a LoRA GGUF (`lora_gguf.adapter_to_gguf`) and passed as `--lora_path`; a new server per
-  adapter, decoding at about the base's speed (times: benchmarks/serve_adapter.py);
+  a LoRA GGUF (`lora_gguf.adapter_to_gguf`) and given at start; a new server per adapter
+  (llama-server reads LoRA files at start only: docs/models.md), started without its
+  memory-fitting dry run and warm-up (`native.command`), decoding a little slower than the
+  base (times: benchmarks/serve_adapter.py);
 - `InProcessServing`: transformers + PEFT in this process (`TransformersChat`), exact fp32 and
   no conversion, but several times slower (docs/measurements.md): the fallback where
   llama.cpp cannot serve it;
@@ -23,13 +25,14 @@ from __future__ import annotations
 
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
 
 from whale.models.base import ChatModel, ModelError, Sampling
-from whale.models.embedded import EmbeddedLlama
+from whale.models.embedded import EmbeddedLlama, lora_digest
 from whale.models.hf import adapter_digest
 from whale.models.openai_compat import OpenAICompatible
 from whale.train.lora_gguf import adapter_to_gguf
@@ -42,7 +45,11 @@ __all__ = [
     "adapter_digest",
 ]
 
-_PING = [{"role": "user", "content": "Hi"}]
+# An empty system message: chat templates with a default one (Qwen2.5's, ~20 tokens) would
+# otherwise add it to the prompt evaluated before the one token.
+# What llama-server logs, and exits on, when its `--lora` file cannot be read.
+_NO_LORA = "failed to load lora adapter"
+_PING = [{"role": "system", "content": ""}, {"role": "user", "content": "Hi"}]
 _PING_SAMPLING = Sampling(max_tokens=1, temperature=0.0)
 
 
@@ -57,6 +64,14 @@ def _ping(model: ChatModel, timeout: float) -> None:
     model.chat(_PING, _PING_SAMPLING, timeout)
 
 
+def _convert(adapter: Path) -> tuple[Path, str, float]:
+    """The adapter's LoRA GGUF, its digest (what the served model is named by) and the
+    seconds it took to write."""
+    t = time.monotonic()
+    out = adapter_to_gguf(adapter)
+    return out, lora_digest(out), time.monotonic() - t
+
+
 def _close(model: Any) -> None:
     close = getattr(model, "close", None)
     if close is not None:
@@ -65,7 +80,14 @@ def _close(model: Any) -> None:
 
 class EmbeddedServing:
     """llama.cpp (`EmbeddedLlama`) on `gguf`, with each served adapter converted to a LoRA GGUF
-    (written as `<adapter>/adapter.gguf`; an adapter given as a `.gguf` file is used as is)."""
+    (written as `<adapter>/adapter.gguf`; an adapter given as a `.gguf` file is used as is).
+
+    The conversion runs while the new server starts: the server reads the LoRA file only
+    after the model's metadata, vocabulary and tensors (~0.5 s for the 0.5B here, against
+    ~0.1 s to convert; benchmarks/serve_adapter.py), and the file appears whole (written to a
+    temporary name, then renamed). A stale `adapter.gguf` is removed first, so the server
+    finds the new file or none; finding none, it exits, and the server is started again once
+    the conversion is done (what a busy machine may cost: one start more)."""
 
     def __init__(
         self,
@@ -74,36 +96,75 @@ class EmbeddedServing:
         n_ctx: int = 4096,
         threads: int = 2,
         timeout_s: float = 120.0,
+        prefix_cache: str = "sampled",
     ) -> None:
         self.gguf, self.alias = Path(gguf), alias
         self.n_ctx, self.threads, self.timeout_s = n_ctx, threads, timeout_s
-        self.timings: dict[str, float] = {}  # of the last serve(): convert_s, start_s, total_s
+        self.prefix_cache = prefix_cache
+        # Of the last serve(): convert_s (PEFT -> LoRA GGUF, while the server starts),
+        # ready_s (server spawned -> answering), ping_s (its one-token reply), start_s (spawn
+        # to the reply), total_s (saved -> served), restarts (1: the server had to wait for
+        # the conversion).
+        self.timings: dict[str, float] = {}
         self._model: EmbeddedLlama | None = None
         self._lock = threading.Lock()
 
     def serve(self, adapter: Path | None) -> ChatModel:
         with self._lock:
             t0 = time.monotonic()
-            lora: Path | None = None
-            if adapter is not None:
-                adapter = Path(adapter)
-                lora = adapter if adapter.suffix == ".gguf" else adapter_to_gguf(adapter)
-            t1 = time.monotonic()
             self._close_current()
-            model = EmbeddedLlama(
-                self.gguf, self.alias, n_ctx=self.n_ctx, threads=self.threads,
-                timeout_s=self.timeout_s, lora=lora,
-            )  # fmt: skip
-            try:
-                model.start()
-                _ping(model, self.timeout_s)
-            except BaseException:
-                model.close()
-                raise
+            convert_s, restarts = 0.0, 0
+            if adapter is None or Path(adapter).suffix == ".gguf":
+                model = self._model_for(Path(adapter) if adapter else None)
+                t1 = time.monotonic()
+                self._start(model)
+            else:
+                target = Path(adapter) / "adapter.gguf"
+                target.unlink(missing_ok=True)  # the server must find the new file or none
+                with ThreadPoolExecutor(1) as pool:
+                    converting = pool.submit(_convert, Path(adapter))
+                    model = self._model_for(target, pending=True)
+                    t1 = time.monotonic()
+                    try:
+                        self._start(model)
+                    except ModelError as e:
+                        if _NO_LORA not in str(e):
+                            raise
+                        restarts = 1  # it looked before the file was there (or it is bad)
+                    try:
+                        lora, digest, convert_s = converting.result()  # its error raises here
+                    except BaseException:
+                        model.close()
+                        raise
+                if restarts:  # once the file is there (a bad file fails this start too)
+                    model = self._model_for(lora, pending=True)
+                    t1 = time.monotonic()
+                    self._start(model)
+                model.name_by_lora(digest)
             self._model = model
             t2 = time.monotonic()
-            self.timings = {"convert_s": t1 - t0, "start_s": t2 - t1, "total_s": t2 - t0}
+            self.timings = {
+                "convert_s": convert_s, "ready_s": model.ready_s or 0.0,
+                "ping_s": t2 - t1 - (model.ready_s or 0.0), "start_s": t2 - t1,
+                "total_s": t2 - t0, "restarts": restarts,
+            }  # fmt: skip
             return model
+
+    def _model_for(self, lora: Path | None, pending: bool = False) -> EmbeddedLlama:
+        return EmbeddedLlama(
+            self.gguf, self.alias, n_ctx=self.n_ctx, threads=self.threads,
+            timeout_s=self.timeout_s, lora=lora, prefix_cache=self.prefix_cache,
+            lora_pending=pending,
+        )  # fmt: skip
+
+    def _start(self, model: EmbeddedLlama) -> None:
+        """Started and answering a one-token chat, or closed and the error raised."""
+        try:
+            model.start()
+            _ping(model, self.timeout_s)
+        except BaseException:
+            model.close()
+            raise
 
     def _close_current(self) -> None:
         model, self._model = self._model, None
