@@ -104,3 +104,13 @@ def test_the_phase_table_shows_a_collapse_as_the_top_answer_share():
     assert top_answer_share([{"answer": "2"}] * 40) == 1.0
     assert top_answer_share([]) is None
     assert top_answer_share([{"answer": None}, {"answer": 5}]) == 0.0  # not text: no answer
+
+
+def test_review26_an_answer_that_is_not_text_is_no_answer():
+    """A ledger row read back with a non-text answer (a number in hand-edited or foreign JSON)
+    crashed the weight step (`int.split`); top_answer_share already counts it as none."""
+    outs = [outcome("q0", 0, 2, True), outcome("q1", 0, 2, False), outcome("q2", 0, "2", True),
+            outcome("q3", 0, "2", False), outcome("q4", 0, "2", False)]  # fmt: skip
+    assert answer_key(2) is None  # type: ignore[arg-type]
+    assert list(guesses(outs, 0.5)) == ["2"]
+    assert guesses(outs, 0.5)["2"].samples == 3

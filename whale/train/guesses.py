@@ -28,8 +28,9 @@ from typing import Any
 
 
 def answer_key(answer: str | None) -> str | None:
-    """The text two answers are compared by: stripped, inner whitespace folded, casefolded."""
-    if answer is None:
+    """The text two answers are compared by: stripped, inner whitespace folded, casefolded.
+    None for no answer, and for one that is not text (a ledger row read back)."""
+    if not isinstance(answer, str):
         return None
     key = " ".join(answer.split()).casefold()
     return key or None
