@@ -286,3 +286,35 @@ def test_a_bad_dtype_is_a_config_error_naming_its_key(config, key):
 def test_a_bad_dtype_built_in_python_is_refused():
     with pytest.raises(ConfigError, match="dtype"):
         SFTSettings(dtype="half").validate()  # type: ignore[arg-type]
+
+
+def test_review26_a_weight_step_resumed_from_an_fp32_adapter_stays_fp32(tiny_model_dir, examples,
+                                                                         tmp_path, monkeypatch):
+    """A cotrain run made before the setting existed trained its adapters in fp32; resumed on a
+    machine with bf16 units, "auto" (the config.toml it saved has no dtype: the default) went
+    on in bf16 from the fp32 adapter, silently: GRPO and proposer SFT refuse or retrain such a
+    resume, the weight phase's LoraTrainer did not look."""
+    import whale.train.precision as precision
+
+    t = trainer(tiny_model_dir, "fp32", batch_size=2)
+    t.train(examples)
+    t.save(tmp_path / "a")
+    t.close()
+    state = json.loads((tmp_path / "a" / "trainer_state.json").read_text())
+    del state["dtype"]  # saved before the setting existed
+    state["sft"].pop("dtype")
+    (tmp_path / "a" / "trainer_state.json").write_text(json.dumps(state))
+    monkeypatch.setattr(precision, "probe", lambda *a: Hardware(cpu_flags(EPYC)))
+    sft = SFTSettings(lr=1e-2, batch_size=2, threads=1)  # dtype "auto": bf16 on this hardware
+    r = LoraTrainer(tiny_model_dir, LORA, sft, seed=0, adapter=tmp_path / "a")
+    try:
+        assert r.dtype == "fp32"
+    finally:
+        r.close()
+    r = LoraTrainer(tiny_model_dir, LORA, SFTSettings(lr=1e-2, batch_size=2, threads=1,
+                                                      dtype="bf16"), seed=0,
+                    adapter=tmp_path / "a")  # fmt: skip
+    try:
+        assert r.dtype == "bf16"  # named: obeyed (logged)
+    finally:
+        r.close()

@@ -201,13 +201,22 @@ class LoraTrainer:
         torch.set_num_threads(sft.threads)
         torch.manual_seed(seed)
         self.dtype = resolve(sft.dtype, device)
-        base = AutoModelForCausalLM.from_pretrained(self.base_dir, dtype=torch_dtype(self.dtype))
         state: dict[str, Any] | None = None
         if adapter is not None:
             adapter = Path(adapter)
             state = json.loads((adapter / STATE_FILE).read_text())
             if state.get("version") != STATE_VERSION:
                 raise ValueError(f"{adapter}: trainer state version {state.get('version')!r}")
+            # A resumed trainer continues in the dtype the saved one trained in (fp32 before
+            # the setting existed): "auto" follows it; a dtype named in sft.dtype is obeyed.
+            was = state.get("dtype", "fp32")
+            if sft.dtype == "auto":
+                self.dtype = was
+            elif was != self.dtype:
+                log.warning("%s was trained in %s; sft.dtype %s continues it in %s", adapter,
+                            was, self.dtype, self.dtype)  # fmt: skip
+        base = AutoModelForCausalLM.from_pretrained(self.base_dir, dtype=torch_dtype(self.dtype))
+        if adapter is not None and state is not None:
             saved = state["lora"]
             saved["targets"] = tuple(saved["targets"])
             if saved != asdict(lora) | {"targets": tuple(lora.targets)}:
