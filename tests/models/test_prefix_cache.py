@@ -283,3 +283,41 @@ def test_each_choice_counts_its_own_tokens(smol):
 def test_more_samples_than_slots_come_in_several_requests(smol):
     cs = smol.chat_n(MESSAGES, Sampling(max_tokens=4, temperature=1.0, seed=9), 6)
     assert len(cs) == 6 and all(c.usage["completion_tokens"] > 0 for c in cs)
+
+
+# --- review26 ---------------------------------------------------------------------------------
+def test_review26_a_failed_second_request_keeps_the_proposals_the_first_paid_for(tmp_path,
+                                                                                  monkeypatch):
+    """G = 8 on a 4-slot server is two requests, one after the other. When the second fails
+    (a timeout: it ends with its longest sample), the four completions the first request
+    returned were dropped: not cached, and every proposal of the round an error, so a rerun
+    paid for them again."""
+    from whale.revise.proposer import Proposer
+
+    m = EmbeddedLlama(tmp_path / "m.gguf", slots=4)
+    asked: list[tuple[int, int]] = []
+
+    class Client:
+        def chat_choices(self, messages, sampling, n, timeout=None, fields=None):
+            asked.append((sampling.seed, n))
+            if sampling.seed >= 104:
+                raise ModelError("no reply within 600.0 s")
+            return [Completion(f"s{sampling.seed + i}", "stop", {"completion_tokens": 1})
+                    for i in range(n)]  # fmt: skip
+
+    monkeypatch.setattr(m, "start", lambda: Client())
+    monkeypatch.setattr(m, "shares_prompt", lambda s: True)
+    monkeypatch.setattr(m, "_in_turns", lambda k, call: call())
+    m.kind = "native"
+    cached = CachedModel(m, tmp_path / "cache.sqlite")
+    try:
+        out = Proposer(cached).propose("prompt", 8, 100)
+        assert [p.text for p in out[:4]] == ["s100", "s101", "s102", "s103"]
+        assert all(p.error is None for p in out[:4]) and all(p.error for p in out[4:])
+        asked.clear()
+        again = cached.chat_n([{"role": "user", "content": "prompt"}],
+                              Sampling(max_tokens=1024, temperature=0.7, seed=100), 4)
+        assert [c.text for c in again] == ["s100", "s101", "s102", "s103"]
+    finally:
+        cached.close()
+    assert asked == []  # the first four came from the cache

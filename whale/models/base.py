@@ -242,6 +242,15 @@ class ChatModel(Protocol):
     ) -> Completion: ...
 
 
+class PartialBatch(ModelError):
+    """`chat_n` failed after its first `len(done)` completions came back (a later request of
+    several): `done` holds them, in order, so that what was paid for is kept."""
+
+    def __init__(self, message: str, done: list[Completion]) -> None:
+        super().__init__(message)
+        self.done = done
+
+
 def each(
     model: ChatModel,
     messages: list[Message],

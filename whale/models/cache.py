@@ -14,7 +14,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from whale.models.base import ChatModel, Completion, Message, Sampling, chat_n, each, shares_prompt
+from whale.models.base import (
+    ChatModel,
+    Completion,
+    Message,
+    PartialBatch,
+    Sampling,
+    chat_n,
+    each,
+    shares_prompt,
+)
 
 
 def cache_key(model_name: str, messages: list[Message], sampling: Sampling) -> str:
@@ -70,7 +79,14 @@ class CachedModel:
             return [c for c in out if c is not None]
         self.misses += len(missing)
         if missing == list(range(missing[0], missing[-1] + 1)):
-            fresh = chat_n(self.inner, messages, seeded[missing[0]], len(missing), timeout)
+            try:
+                fresh = chat_n(self.inner, messages, seeded[missing[0]], len(missing), timeout)
+            except PartialBatch as e:  # keep what came back, and say how far it goes
+                for i, c in zip(missing, e.done, strict=False):
+                    self._put(keys[i], c)
+                    out[i] = c
+                first = next(i for i, c in enumerate(out) if c is None)
+                raise PartialBatch(str(e), [c for c in out[:first] if c is not None]) from e
         else:
             with ThreadPoolExecutor(max_workers=len(missing)) as pool:
                 fresh = list(

@@ -73,6 +73,7 @@ from whale.models.base import (
     ContextOverflow,
     Message,
     ModelError,
+    PartialBatch,
     Sampling,
     each,
     reuses_prefix,
@@ -381,7 +382,15 @@ class EmbeddedLlama:
             s = replace(sampling, seed=seed + first)
             return self._in_turns(k, lambda: client.chat_choices(messages, s, k, timeout, _COUNTED))
 
-        return [c for first in range(0, n, self.slots) for c in part(first)]
+        out: list[Completion] = []
+        for first in range(0, n, self.slots):
+            try:
+                out += part(first)
+            except ModelError as e:
+                if not out:
+                    raise
+                raise PartialBatch(f"{e} (after {len(out)} of {n} samples)", out) from e
+        return out
 
     def _in_turns(self, k: int, call: Callable[[], T]) -> T:
         """`call()` holding `k` of the server's turns (one per slot it decodes in), with a

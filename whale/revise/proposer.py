@@ -32,7 +32,7 @@ from whale.harness import Budget
 from whale.harness.bundle import ENTRY, BundleError, files_of, is_bundle
 from whale.harness.tools.spec import ToolSpec
 from whale.models import ChatModel, ModelError, Sampling
-from whale.models.base import MAX_TEMPERATURE, Completion, chat_n, shares_prompt
+from whale.models.base import MAX_TEMPERATURE, Completion, PartialBatch, chat_n, shares_prompt
 from whale.revise.edits import SEARCH
 from whale.revise.grammar import GrammarUse, edit_grammar
 
@@ -254,9 +254,11 @@ class Proposer:
             # still the sample of seed + i, cached under that seed; a failure fails all G.
             try:
                 done = chat_n(self.model, messages, sampling(0), g)
-            except ModelError as e:
-                return [Proposal("", seed + i, "error", f"{type(e).__name__}: {e}")
-                        for i in range(g)]  # fmt: skip
+            except ModelError as e:  # the ones a partial failure returned are kept
+                kept = e.done if isinstance(e, PartialBatch) else []
+                return [made(i, c) for i, c in enumerate(kept)] + [
+                    Proposal("", seed + i, "error", f"{type(e).__name__}: {e}")
+                    for i in range(len(kept), g)]  # fmt: skip
             return [made(i, c) for i, c in enumerate(done)]
 
         def one(i: int) -> Proposal:
