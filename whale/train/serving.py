@@ -47,8 +47,9 @@ __all__ = [
 
 # An empty system message: chat templates with a default one (Qwen2.5's, ~20 tokens) would
 # otherwise add it to the prompt evaluated before the one token.
-# What llama-server logs, and exits on, when its `--lora` file cannot be read.
-_NO_LORA = "failed to load lora adapter"
+# What the servers log, and exit on, when their LoRA file cannot be read (lowercased):
+# llama-server's (`--lora`) and llama-cpp-python's (`--lora_path`).
+_NO_LORA = ("failed to load lora adapter", "failed to initialize lora adapter")
 _PING = [{"role": "system", "content": ""}, {"role": "user", "content": "Hi"}]
 _PING_SAMPLING = Sampling(max_tokens=1, temperature=0.0)
 
@@ -128,7 +129,7 @@ class EmbeddedServing:
                     try:
                         self._start(model)
                     except ModelError as e:
-                        if _NO_LORA not in str(e):
+                        if not any(m in str(e).lower() for m in _NO_LORA):
                             raise
                         restarts = 1  # it looked before the file was there (or it is bad)
                     try:
