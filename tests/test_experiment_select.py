@@ -201,3 +201,67 @@ def test_the_rule_records_what_it_kept_clear_of(tmp_path):
     with pytest.raises(cfgmod.ConfigError) as e:
         config(task_seed=5, exclude_seed=5)
     assert e.value.field == "exclude_seed"
+
+
+# --- review26 -----------------------------------------------------------------------------------
+def test_review26_a_family_left_with_no_clear_question_fails_the_rule_without_a_crash(tmp_path):
+    """rg:emoji_mystery's prompts all normalize to one text (the emoji are not word characters),
+    so every question of task seed 1000 is among the later pool: select read it on n = 0, and
+    `whale eval` refuses n = 0 (a ConfigError that stopped the whole step)."""
+    calls = []
+
+    def evaluate(out, fields, task):
+        calls.append(fields["task"]["id"])
+        if fields["n"] < 1:
+            raise cfgmod.ConfigError("n: must be >= 1", "n")
+        out.mkdir(parents=True)
+        (out / "summary.json").write_text(json.dumps({"accuracy": 0.5, "n": fields["n"]}))
+        return SimpleNamespace(held_out={"harness": SimpleNamespace(correct=fields["n"] // 2,
+                                                                     n=fields["n"])})  # fmt: skip
+
+    def draw(family, cfg, task_fields):
+        n = 0 if family == "rg:f0" else cfg.n
+        return SimpleNamespace(questions=lambda: [SimpleNamespace(id=str(i)) for i in range(n)])
+
+    fields = {"candidates": ["rg:f0", "rg:f1"], "n": 4, "lists": {"a": 1}, "accuracy": [0, 1]}
+    out = run_select(fields, tmp_path / "s", evaluate, lambda s: None, draw)
+    assert out["families"] == ["rg:f1"] and calls == ["rg:f1"]
+
+
+def test_review26_a_family_whose_pool_depends_on_its_size_is_not_read():
+    """rg:acre draws its whole pool from the size (60/20/20 split, then a shuffle): its first
+    70 questions of seed 0 (the proposer step's pool) are mostly not among its first 200, so
+    the exclusion cannot see them. Such a family is not read (n = 0: it fails the rule)."""
+    from whale.tasks import load_task
+    from whale.tasks.base import normalize_prompt
+
+    later200 = {normalize_prompt(q.prompt) for q in load_task("rg:acre", 200, 0).questions()}
+    pool70 = {normalize_prompt(q.prompt) for q in load_task("rg:acre", 70, 0).questions()}
+    assert pool70 - later200  # the hole is real
+    cfg = cfgmod.build(SelectConfig, {"candidates": ["rg:acre"], "n": 20, "lists": {"a": 1}})
+    assert reading_task("rg:acre", cfg, {}).questions() == []
+    # a family whose i-th question depends only on seed and i is read as before
+    assert len(reading_task("rg:products", cfg, {}).questions()) == 20
+
+
+def test_review26_a_reading_made_before_the_exclusion_is_not_read_back(tmp_path):
+    """A family's summary.json from a run that read other questions (the naive first n of task
+    seed 1000, before the exclusion; or another exclude setting) is run again, not trusted."""
+    calls = []
+
+    def evaluate(out, fields, task):
+        calls.append([q.id for q in task.questions()])
+        out.mkdir(parents=True)
+        (out / "summary.json").write_text(json.dumps({"accuracy": 0.5, "n": fields["n"]}))
+        return SimpleNamespace(held_out={"harness": SimpleNamespace(correct=2, n=fields["n"])})
+
+    fields = {"candidates": ["rg:f0"], "n": 4, "lists": {"a": 1}, "accuracy": [0, 1]}
+    old = tmp_path / "s" / "rg_f0"
+    old.mkdir(parents=True)  # what the step left before the exclusion: no record of the draw
+    (old / "summary.json").write_text(json.dumps({"accuracy": 1.0, "n": 4}))
+    run_select(fields, tmp_path / "s", evaluate, lambda s: None, fake_draw)
+    assert len(calls) == 1  # run again
+    run_select(fields, tmp_path / "s", evaluate, lambda s: None, fake_draw)
+    assert len(calls) == 1  # its own reading is read back
+    sel = json.loads((tmp_path / "s" / "selection.json").read_text())
+    assert sel["families"][0]["accuracy"] == 0.5

@@ -20,10 +20,16 @@ question whose normalized prompt is among the first `exclude_size` questions of 
 `exclude_seed` is skipped, and the next one of `task_seed` read instead (up to
 `_DRAW_FACTOR` x `n` are drawn; a family left with fewer is read on those, and its n says so).
 The later pools are prefixes of that one where a family's i-th question depends only on the
-seed and i (Reasoning Gym's); a family that draws otherwise is not covered. The format variant
+seed and i (Reasoning Gym's); a family that draws otherwise (rg:acre: its whole pool
+depends on the size) is found by comparing its pools of exclude_size - 1 and exclude_size / 2
+questions with the one of exclude_size, and is not read (n = 0, so it fails the rule; so
+does a family none of whose drawn questions is clear, rg:emoji_mystery, whose prompts all
+normalize to one text). The format variant
 rewords the canonical questions of the same seed, so it is covered by the canonical texts.
 
-Resume: a family whose run directory holds summary.json is read back, not run again; one cut
+Resume: a family whose run directory holds summary.json and a `drawn.json` naming the very
+questions drawn now is read back, not run again (one without, from before the exclusion,
+is run again); one cut
 short is run again from the start (`whale eval` keeps no ledger; the solver's response cache,
 `model.cache`, on by default, answers the calls it had made). `selection.json` records every
 family's accuracy and n, the rule, the assignment, and why it fell short if it did.
@@ -49,6 +55,7 @@ from whale.tasks.variants import VARIANTS
 from whale.train.proposer.contexts import twin_groups
 
 SELECTION = "selection.json"
+DRAWN = "drawn.json"  # in a family's run: the questions it read and what they were kept clear of
 _LIST = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 RESERVED = ("dir", "families")  # outputs every select step has
 SET_HERE = ("n", "out")  # eval fields select sets itself (task.id and task.seed too)
@@ -222,19 +229,25 @@ Draw = Callable[[str, "SelectConfig", Mapping[str, Any]], Task]
 def family_reading(family: str, cfg: SelectConfig, d: Path, evaluate: Callable[..., Any],
                    draw: Draw | None = None) -> tuple[int, int]:  # fmt: skip
     """(correct, n) of the seed harness on `family`, on the questions `draw` gives (default
-    `reading_task`): read back when its run finished, else run (again from the start when cut
-    short: `whale eval` keeps no ledger)."""
-    summary = d / "summary.json"
-    if summary.is_file():
-        s = read_json(summary)
-        return round(float(s["accuracy"]) * int(s["n"])), int(s["n"])
-    if d.exists():
-        shutil.rmtree(d)
+    `reading_task`): read back when its run finished on those very questions (DRAWN records
+    them), else run (again from the start when cut short: `whale eval` keeps no ledger). A
+    family left with no question to read is not run: (0, 0), which fails the rule."""
     task_fields = dict(cfg.eval.get("task", {}))
     task = (draw or reading_task)(family, cfg, task_fields)
-    n = len(task.questions())
-    fields = {**cfg.eval, "task": {**task_fields, "id": family, "seed": cfg.task_seed}, "n": n}
+    ids = [q.id for q in task.questions()]
+    drawn = {"ids": ids, "exclude": {"seed": cfg.exclude_seed, "size": cfg.exclude_size}}
+    summary = d / "summary.json"
+    if summary.is_file() and (d / DRAWN).is_file() and read_json(d / DRAWN) == drawn:
+        s = read_json(summary)
+        return round(float(s["accuracy"]) * int(s["n"])), int(s["n"])
+    if d.exists():  # cut short, or a reading of other questions (made before DRAWN existed)
+        shutil.rmtree(d)
+    if not ids:
+        return 0, 0
+    fields = {**cfg.eval, "task": {**task_fields, "id": family, "seed": cfg.task_seed},
+              "n": len(ids)}  # fmt: skip
     run = evaluate(task=task, out=d, fields=fields)
+    write_atomic(d / DRAWN, json.dumps(drawn))
     reading = run.held_out["harness"]
     return reading.correct, reading.n
 
@@ -261,6 +274,12 @@ def reading_task(family: str, cfg: SelectConfig, task_fields: Mapping[str, Any])
         canon = load_task(family, size=cfg.exclude_size, seed=cfg.exclude_seed,
                           config=kw["config"])  # fmt: skip
         later = {normalize_prompt(q.prompt) for q in canon.questions()}
+        # A family whose pool depends on its size (rg:acre) may hold, at a later step's size,
+        # questions its pool at exclude_size lacks: it cannot be read clear of them.
+        for size in sorted({cfg.exclude_size - 1, cfg.exclude_size // 2} - {0}):
+            smaller = load_task(family, size=size, seed=cfg.exclude_seed, config=kw["config"])
+            if any(normalize_prompt(q.prompt) not in later for q in smaller.questions()):
+                return _Drawn(task, [])
     kept = [q for q in task.questions() if normalize_prompt(q.prompt) not in later]
     if cfg.exclude_size and kw["variant"] != "canonical":  # the canonical words of each too
         same = load_task(family, size=cfg.n * _DRAW_FACTOR, seed=cfg.task_seed,
