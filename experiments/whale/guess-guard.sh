@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The weight phase's guard against lucky guesses, measured (issue 26; whale.train.guesses).
+#
+#   bash experiments/whale/guess-guard.sh [RUN_ROOT]     (default ~/whale-runs/guess-guard)
+#
+# Weight-only cotrain of the 0.5B on rg:letter_counting, the family where an earlier run
+# collapsed onto "2" (docs/commands/cotrain.md), twice with the same seeds, splits and budget:
+# without the guard (the paper's S+: every accepted run) and with rsft.guess_precision = 0.5.
+# Weight steps of 0.2 epoch (8 prompts x G 4), as in that run. A run cut short is resumed.
+# Then prints, per arm, each weight step (samples, accepted, left out as guesses, trained)
+# and each eval read (accuracy, the most common answer's share). ~10-20 min per arm on 2 cores.
+set -euo pipefail
+root=${1:-$HOME/whale-runs/guess-guard}
+whale=${WHALE:-whale}
+mkdir -p "$root"
+for arm in off on; do
+  share=0.0
+  [ "$arm" = on ] && share=0.5
+  out="$root/$arm"
+  if [ -f "$out/summary.json" ]; then
+    echo "$arm: finished ($out)"
+    continue
+  fi
+  args=(--task rg:letter_counting --harness single_call --solver qwen-coder-0.5b
+        --schedule weight-only --rollouts 64 --weight-epochs 0.4 --g 4 --train 40 --search 8
+        --eval 40 --workers 2 --seed 0 --set rsft.step_epochs=0.2 --set solver.cache=false
+        --set "rsft.guess_precision=$share")
+  if [ -d "$out" ]; then
+    "$whale" cotrain --resume "$out"
+  else
+    "$whale" cotrain "${args[@]}" --out "$out"
+  fi
+done
+python - "$root" <<'PY'
+import collections, json, sys
+from pathlib import Path
+
+root = Path(sys.argv[1])
+for arm in ("off", "on"):
+    d = root / arm / "weight-only"
+    print(f"== {arm}: {root / arm}")
+    for line in (d / "weight" / "steps.jsonl").read_text().splitlines():
+        s = json.loads(line)
+        print(f"  step {s['step']}: {s['samples']} samples, {s['accepted']} accepted, "
+              f"{s.get('guessed', 0)} left out as guesses {s.get('guesses', {})}, "
+              f"{s['examples']} examples, trained {s['trained']}"
+              + (f" ({s['skipped']})" if s.get("skipped") else ""))
+    reads = collections.defaultdict(list)
+    for line in (d / "outcomes.jsonl").read_text().splitlines():
+        r = json.loads(line)
+        if r["kind"] == "eval":
+            reads[r["cycle"]].append(r)
+    for cycle, rows in sorted(reads.items()):
+        answers = collections.Counter(" ".join(str(r["answer"]).split()).casefold()
+                                      for r in rows if r["answer"] is not None)
+        top, k = answers.most_common(1)[0] if answers else ("-", 0)
+        print(f"  eval read {cycle}: {sum(r['correct'] for r in rows)}/{len(rows)} correct; "
+              f"{len(answers)} distinct answers, the most common {top!r} on {k}/{len(rows)}")
+PY
