@@ -4,8 +4,9 @@
 #   bash experiments/whale/guess-guard.sh [RUN_ROOT]     (default ~/whale-runs/guess-guard)
 #
 # Weight-only cotrain of the 0.5B on rg:letter_counting, the family where an earlier run
-# collapsed onto "2" (docs/commands/cotrain.md), twice with the same seeds, splits and budget:
-# without the guard (the paper's S+: every accepted run) and with rsft.guess_precision = 0.5.
+# collapsed onto "2" (docs/commands/cotrain.md), with the same seeds, splits and budget: without
+# a guard (the paper's S+: every accepted run), with rsft.guess_precision = 0.5 (guesses left
+# out), with rsft.answer_prompts = 1 (an answer taught on one prompt per step), and both.
 # Weight steps of 0.2 epoch (8 prompts x G 4), as in that run. A run cut short is resumed.
 # Then prints, per arm, each weight step (samples, accepted, left out as guesses, trained)
 # and each eval read (accuracy, the most common answer's share). ~10-20 min per arm on 2 cores.
@@ -13,9 +14,11 @@ set -euo pipefail
 root=${1:-$HOME/whale-runs/guess-guard}
 whale=${WHALE:-whale}
 mkdir -p "$root"
-for arm in off on; do
-  share=0.0
-  [ "$arm" = on ] && share=0.5
+# arm: rsft.guess_precision, rsft.answer_prompts
+declare -A guard=([off]="0.0 0" [guess]="0.5 0" [spread]="0.0 1" [both]="0.5 1")
+arms=(off guess spread both)
+for arm in "${arms[@]}"; do
+  read -r share prompts <<< "${guard[$arm]}"
   out="$root/$arm"
   if [ -f "$out/summary.json" ]; then
     echo "$arm: finished ($out)"
@@ -24,7 +27,7 @@ for arm in off on; do
   args=(--task rg:letter_counting --harness single_call --solver qwen-coder-0.5b
         --schedule weight-only --rollouts 64 --weight-epochs 0.4 --g 4 --train 40 --search 8
         --eval 40 --workers 2 --seed 0 --set rsft.step_epochs=0.2 --set solver.cache=false
-        --set "rsft.guess_precision=$share")
+        --set "rsft.guess_precision=$share" --set "rsft.answer_prompts=$prompts")
   if [ -d "$out" ]; then
     "$whale" cotrain --resume "$out"
   else
@@ -36,13 +39,14 @@ import collections, json, sys
 from pathlib import Path
 
 root = Path(sys.argv[1])
-for arm in ("off", "on"):
+for arm in ("off", "guess", "spread", "both"):
     d = root / arm / "weight-only"
     print(f"== {arm}: {root / arm}")
     for line in (d / "weight" / "steps.jsonl").read_text().splitlines():
         s = json.loads(line)
         print(f"  step {s['step']}: {s['samples']} samples, {s['accepted']} accepted, "
               f"{s.get('guessed', 0)} left out as guesses {s.get('guesses', {})}, "
+              f"{sum(s.get('repeated', {}).values())} as repeats {s.get('repeated', {})}, "
               f"{s['examples']} examples, trained {s['trained']}"
               + (f" ({s['skipped']})" if s.get("skipped") else ""))
     reads = collections.defaultdict(list)

@@ -114,3 +114,80 @@ def test_review26_an_answer_that_is_not_text_is_no_answer():
     assert answer_key(2) is None  # type: ignore[arg-type]
     assert list(guesses(outs, 0.5)) == ["2"]
     assert guesses(outs, 0.5)["2"].samples == 3
+
+
+def pairs(rows):
+    """(outcome, trajectory) pairs of accepted runs: (prompt, sample, answer)."""
+    return [(outcome(p, g, a, True), f"{p}.{g}") for p, g, a in rows]
+
+
+def test_an_answer_is_taught_on_at_most_k_prompts_with_all_their_samples():
+    from whale.train.guesses import one_answer_per_prompts
+
+    rows = [(f"q{i}", g, "2") for i in range(4) for g in range(2)] + [("q9", 0, "5")]
+    kept, dropped = one_answer_per_prompts(pairs(rows), 1, "0:0")
+    twos = [t for t in kept if not t.startswith("q9")]
+    assert len(twos) == 2 and len({t.split(".")[0] for t in twos}) == 1  # one prompt, both g
+    assert "q9.0" in kept and dropped == {"2": 6}
+
+
+def test_the_prompts_kept_are_seeded():
+    from whale.train.guesses import one_answer_per_prompts
+
+    rows = [(f"q{i}", 0, "2") for i in range(8)]
+    picks = {tuple(one_answer_per_prompts(pairs(rows), 2, f"0:{k}")[0]) for k in range(6)}
+    assert len(picks) > 1  # the step's salt moves the choice
+    assert one_answer_per_prompts(pairs(rows), 2, "0:1") == one_answer_per_prompts(
+        pairs(rows), 2, "0:1"
+    )
+
+
+def test_answers_tied_to_their_question_lose_nothing():
+    from whale.train.guesses import one_answer_per_prompts
+
+    rows = [(f"q{i}", g, str(i)) for i in range(4) for g in range(4)]
+    kept, dropped = one_answer_per_prompts(pairs(rows), 1, "0:0")
+    assert len(kept) == 16 and dropped == {}
+    assert one_answer_per_prompts(pairs(rows * 2), 0, "x")[0] == [t for _, t in pairs(rows * 2)]
+
+
+def test_a_step_teaches_a_repeated_answer_on_one_prompt(tmp_path):
+    """Real jailed runs: three questions whose answer is 13, a solver that says 13 to all."""
+    from tests.train.test_rsft_provenance import (
+        Arithmetic,
+        CharTokenizer,
+        RecordingTrainer,
+        Serving,
+    )
+    from whale.harness import RuntimeConfig
+    from whale.runs import OutcomeStore
+    from whale.tasks import Question
+    from whale.train.rsft import Solver, WeightPhase
+    from whale.train.sft import SFTSettings
+
+    class Thirteens(Arithmetic):
+        def questions(self):
+            return [Question(id=f"a{i}", prompt=f"Calculate {i} + {13 - i}.", reference="13")
+                    for i in range(3)]  # fmt: skip
+
+    task, store = Thirteens(), OutcomeStore(tmp_path, "fp")
+    made: list[RecordingTrainer] = []
+
+    def make_trainer(adapter):
+        made.append(RecordingTrainer())
+        return made[-1]
+
+    rs = RsftSettings(g=2, step_epochs=1.0, sft=SFTSettings(max_len=4096), answer_prompts=1)
+    wp = WeightPhase(tmp_path / "weight", task, task.questions(), store,
+                     Solver(Serving([always_13("", None)]), "fp",
+                            RuntimeConfig(sandbox="auto", warm=0)),
+                     rs, make_trainer, CharTokenizer, seed=0, workers=2)  # fmt: skip
+    tags = {"schedule": "weight-only", "cycle": 1, "phase": "weight", "kind": "weight_sample",
+            "step": 0, "adapter": None}  # fmt: skip
+    try:
+        rec = wp.step(SINGLE_CALL, 0, 0, None, tags)
+    finally:
+        wp.close()
+        store.close()
+    assert rec.accepted == 6 and rec.repeated == {"13": 4}
+    assert rec.trained and len(made[0].examples) == 2

@@ -22,6 +22,8 @@ every accepted run) and the experiments name it (`rsft.guess_precision`).
 
 from __future__ import annotations
 
+import random
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -72,3 +74,37 @@ def guesses(outcomes: Sequence[Any], precision: float) -> dict[str, AnswerCount]
         if count.prompts >= 2 and count.accepted and count.accepted <= precision * count.samples:
             out[key] = count
     return out
+
+
+def one_answer_per_prompts(accepted: Sequence[tuple[Any, Any]], k: int,
+                           salt: str) -> tuple[list[Any], dict[str, int]]:  # fmt: skip
+    """The trajectories of `accepted` ((outcome, trajectory) pairs of a step) with each answer
+    taught on at most `k` prompts: for an answer accepted on more, the prompts kept are the
+    first `k` in an order seeded by `salt` and the answer (all the kept prompts' accepted
+    samples stay). Returns (kept trajectories, answer -> accepted runs left out). `k` = 0:
+    everything kept. Why: S+ whose examples repeat one answer across prompts teaches that
+    answer whatever the question (the collapse: module docstring); an answer tied to one
+    question is what a solution looks like."""
+    if k <= 0:
+        return [t for _, t in accepted], {}
+    prompts: dict[str | None, list[str]] = {}
+    for o, _ in accepted:
+        where = prompts.setdefault(answer_key(o.answer), [])
+        if prompt_of(o.question_id) not in where:
+            where.append(prompt_of(o.question_id))
+    allowed: dict[str | None, set[str]] = {}
+    for key, where in prompts.items():
+        if key is None or len(where) <= k:
+            allowed[key] = set(where)
+        else:
+            order = sorted(where)
+            random.Random(f"{salt}:{key}").shuffle(order)
+            allowed[key] = set(order[:k])
+    kept, dropped = [], Counter[str]()
+    for o, t in accepted:
+        key = answer_key(o.answer)
+        if prompt_of(o.question_id) in allowed[key]:
+            kept.append(t)
+        else:
+            dropped[str(key)] += 1
+    return kept, dict(dropped)

@@ -42,7 +42,7 @@ from whale.models.hf import adapter_digest
 from whale.records import JsonlWriter, RecordError, iter_jsonl, record_dir
 from whale.runs import OutcomeStore
 from whale.tasks import Question, Task
-from whale.train.guesses import answer_key, guesses
+from whale.train.guesses import answer_key, guesses, one_answer_per_prompts
 from whale.train.patience import WeightPatience
 from whale.train.sft import EmptyTrainingSet, LoraSettings, SFTSettings
 
@@ -67,9 +67,13 @@ class RsftSettings:
     # gave on 2+ prompts of a step and that was accepted in at most this share of its samples
     # is a guess, and its accepted runs are left out of S+. 0: off, the paper's S+.
     guess_precision: float = 0.0
+    # The other guard (whale.train.guesses.one_answer_per_prompts): an answer's accepted runs
+    # are kept from at most this many prompts of a step. 0: off, the paper's S+.
+    answer_prompts: int = 0
 
     def validate(self) -> None:
         at_least(self, 1, "g")
+        at_least(self, 0, "answer_prompts")
         above(self, 0.0, "step_epochs", "window", "p_w")
         at_least(self, 0.0, "temperature", "t_min", "guess_precision")
         at_most(self, 1.0, "guess_precision")
@@ -99,6 +103,9 @@ class WeightStep:
     # (`guessed` of `accepted`) are not in S+.
     guesses: dict[str, str] = field(default_factory=dict)
     guessed: int = 0
+    # Accepted runs left out because their answer was kept on rsft.answer_prompts other prompts
+    # of the step: answer -> runs.
+    repeated: dict[str, int] = field(default_factory=dict)
     trained: bool = False
     skipped: str | None = None  # why no training happened, if none did
     loss: float | None = None
@@ -279,8 +286,10 @@ class WeightPhase:
                          sample_s=round(sample_s, 2), harness=h)  # fmt: skip
         guessed = guesses(outcomes, self.settings.guess_precision)
         rec.guesses = {a: c.text() for a, c in guessed.items()}
-        kept = [t for o, t in accepted if answer_key(o.answer) not in guessed]
-        rec.guessed = len(accepted) - len(kept)
+        clear = [(o, t) for o, t in accepted if answer_key(o.answer) not in guessed]
+        rec.guessed = len(accepted) - len(clear)
+        kept, rec.repeated = one_answer_per_prompts(clear, self.settings.answer_prompts,
+                                                    f"{self.seed}:{k}")  # fmt: skip
         if not accepted:
             rec.skipped = f"no accepted trajectory (0 of {len(outcomes)} samples)"
         elif not kept:
