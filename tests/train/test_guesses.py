@@ -191,3 +191,69 @@ def test_a_step_teaches_a_repeated_answer_on_one_prompt(tmp_path):
         store.close()
     assert rec.accepted == 6 and rec.repeated == {"13": 4}
     assert rec.trained and len(made[0].examples) == 2
+
+
+def counting_task(refs):
+    """Questions q0.. with these references; the grade is an exact match."""
+    return [SimpleNamespace(id=f"q{i}", reference=r) for i, r in enumerate(refs)]
+
+
+def exact(q, a):
+    return a.strip() == q.reference
+
+
+def test_a_solver_that_says_2_to_everything_is_at_chance():
+    """letter_counting's guesser: "2" to 8 questions, right on the 2 whose count is 2."""
+    from whale.train.guesses import chance
+
+    qs = counting_task(["2", "2", "1", "3", "1", "4", "1", "3"])
+    outs = [outcome(q.id, g, "2", q.reference == "2") for q in qs for g in range(4)]
+    luck = chance(outs, qs, exact)
+    assert luck.rate == luck.chance == 0.25 and not luck.above
+    assert luck.grades == 8  # one answer text against 8 prompts
+
+
+def test_a_solver_that_counts_is_far_above_chance():
+    from whale.train.guesses import chance
+
+    qs = counting_task(["2", "2", "1", "3", "1", "4", "1", "3"])
+    outs = [outcome(q.id, g, q.reference if g < 2 else "5", g < 2) for q in qs for g in range(4)]
+    luck = chance(outs, qs, exact)
+    assert luck.rate == 0.5 and luck.chance < 0.15 and luck.above
+
+
+def test_a_binary_guesser_is_caught_and_a_binary_solver_is_not():
+    from whale.train.guesses import chance
+
+    qs = counting_task(["yes", "no"] * 8)
+    guesser = [outcome(q.id, 0, "yes", q.reference == "yes") for q in qs]
+    assert not chance(guesser, qs, exact).above  # 0.5 against 0.5
+    solver = [outcome(q.id, 0, q.reference if i % 8 else "maybe", bool(i % 8))
+              for i, q in enumerate(qs)]  # fmt: skip
+    assert chance(solver, qs, exact).above  # 0.875 against ~0.44
+
+
+def test_samples_without_an_answer_pass_nothing():
+    from whale.train.guesses import chance
+
+    qs = counting_task(["1", "2"])
+    outs = [outcome("q0", 0, None, False), outcome("q1", 0, "2", True),
+            outcome("q0", 1, 7, False)]  # fmt: skip
+    luck = chance(outs, qs, exact)
+    assert luck.samples == 3 and luck.chance == 0.5 / 3 and luck.grades == 2
+
+
+def test_a_step_at_chance_trains_nothing_and_says_why(tmp_path):
+    """Real jailed runs: 13 to both questions (refs -4 and 13) is 2 of 4 against chance 0.5."""
+    rec, trainer = weight_step(tmp_path, SINGLE_CALL, always_13, chance_guard=True)
+    assert rec.accepted == 2 and not rec.trained and trainer is None
+    assert rec.skipped.startswith("no better than chance")
+    assert rec.chance == {"rate": 0.5, "chance": 0.5, "se": 0.25, "grades": 2}
+
+
+def test_a_step_that_solves_its_questions_trains(tmp_path):
+    def right(messages, sampling):
+        return "Answer: -4" if "5 - 3" in messages[-1]["content"] else "Answer: 13"
+
+    rec, trainer = weight_step(tmp_path, SINGLE_CALL, right, chance_guard=True)
+    assert rec.trained and rec.chance["rate"] == 1.0 and rec.chance["chance"] == 0.5

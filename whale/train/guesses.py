@@ -22,9 +22,10 @@ every accepted run) and the experiments name it (`rsft.guess_precision`).
 
 from __future__ import annotations
 
+import math
 import random
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,3 +109,53 @@ def one_answer_per_prompts(accepted: Sequence[tuple[Any, Any]], k: int,
         else:
             dropped[str(key)] += 1
     return kept, dict(dropped)
+
+
+@dataclass
+class Chance:
+    """A step's accept rate against the rate its answers would get on random questions of
+    the step (`chance`)."""
+
+    rate: float  # accepted / samples
+    chance: float  # mean over samples of the share of the step's prompts its answer passes
+    se: float  # sqrt(chance (1 - chance) / samples)
+    samples: int
+    grades: int  # answers graded against other prompts to get `chance`
+
+    @property
+    def above(self) -> bool:
+        """More often accepted than chance by more than one standard error."""
+        return self.rate - self.chance > self.se
+
+    def text(self) -> str:
+        return (
+            f"accepted {self.rate:.3f} of {self.samples} samples against {self.chance:.3f} "
+            f"for the same answers on random questions of the step (SE {self.se:.3f})"
+        )
+
+
+def chance(outcomes: Sequence[Any], questions: Sequence[Any],
+           grade: Callable[[Any, str], bool]) -> Chance:  # fmt: skip
+    """The step's accept rate and its chance rate: each sample's answer graded (`grade(question,
+    answer)`, the task's verifier) against every prompt of the step (`questions`, by id), its
+    mean taken; no answer passes none. One grade per distinct answer text and prompt. A solver
+    whose answers do not depend on the question (it guesses) has a rate near its chance rate;
+    one that solves them, a rate far above it (a distinct answer per question: chance ~ rate /
+    prompts). What the rule cannot see: a solver right by chance on more than one SE of the
+    step's samples (small steps: one SE of 32 samples at chance 0.3 is 0.08)."""
+    by_id = {q.id: q for q in questions}
+    memo: dict[str, float] = {}
+    grades = 0
+    accepted = passed = 0.0
+    for o in outcomes:
+        accepted += bool(o.correct)
+        if not isinstance(o.answer, str) or answer_key(o.answer) is None:
+            continue
+        if o.answer not in memo:
+            hits = [grade(q, o.answer) for q in by_id.values()]
+            grades += len(hits)
+            memo[o.answer] = sum(hits) / max(1, len(hits))
+        passed += memo[o.answer]
+    n = len(outcomes)
+    rate, ch = accepted / max(1, n), passed / max(1, n)
+    return Chance(rate, ch, math.sqrt(ch * (1 - ch) / max(1, n)), n, grades)

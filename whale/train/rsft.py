@@ -42,7 +42,7 @@ from whale.models.hf import adapter_digest
 from whale.records import JsonlWriter, RecordError, iter_jsonl, record_dir
 from whale.runs import OutcomeStore
 from whale.tasks import Question, Task
-from whale.train.guesses import answer_key, guesses, one_answer_per_prompts
+from whale.train.guesses import Chance, answer_key, chance, guesses, one_answer_per_prompts
 from whale.train.patience import WeightPatience
 from whale.train.sft import EmptyTrainingSet, LoraSettings, SFTSettings
 
@@ -70,6 +70,10 @@ class RsftSettings:
     # The other guard (whale.train.guesses.one_answer_per_prompts): an answer's accepted runs
     # are kept from at most this many prompts of a step. 0: off, the paper's S+.
     answer_prompts: int = 0
+    # The step-level guard (whale.train.guesses.chance): train only when the step's samples are
+    # accepted more often than their answers would be on random questions of the step, by more
+    # than one standard error. Off: the paper's S+.
+    chance_guard: bool = False
 
     def validate(self) -> None:
         at_least(self, 1, "g")
@@ -106,6 +110,7 @@ class WeightStep:
     # Accepted runs left out because their answer was kept on rsft.answer_prompts other prompts
     # of the step: answer -> runs.
     repeated: dict[str, int] = field(default_factory=dict)
+    chance: dict[str, float] | None = None  # rsft.chance_guard's reading: rate, chance, se
     trained: bool = False
     skipped: str | None = None  # why no training happened, if none did
     loss: float | None = None
@@ -290,8 +295,14 @@ class WeightPhase:
         rec.guessed = len(accepted) - len(clear)
         kept, rec.repeated = one_answer_per_prompts(clear, self.settings.answer_prompts,
                                                     f"{self.seed}:{k}")  # fmt: skip
+        luck = self._chance(outcomes, prompts, trajs) if accepted else None
+        if luck is not None:
+            rec.chance = {"rate": round(luck.rate, 4), "chance": round(luck.chance, 4),
+                          "se": round(luck.se, 4), "grades": luck.grades}  # fmt: skip
         if not accepted:
             rec.skipped = f"no accepted trajectory (0 of {len(outcomes)} samples)"
+        elif luck is not None and not luck.above:
+            rec.skipped = f"no better than chance (rsft.chance_guard): {luck.text()}"
         elif not kept:
             rec.skipped = (f"every accepted run's answer is a guess ({rec.guessed} of "
                            f"{len(accepted)}; rsft.guess_precision {self.settings.guess_precision}"
@@ -301,6 +312,17 @@ class WeightPhase:
         self._log.write(asdict(rec))
         self.done[k] = rec
         return rec
+
+    def _chance(self, outcomes: list[Any], prompts: list[Question],
+                trajs: list[Any]) -> Chance | None:  # fmt: skip
+        if not self.settings.chance_guard:
+            return None
+        from whale import grading
+
+        sandbox = next((t.sandbox for t in trajs if getattr(t, "sandbox", None)), "auto")
+        return chance(
+            outcomes, prompts, lambda q, a: grading.grade(self.task, q, a, sandbox=sandbox).correct
+        )
 
     @staticmethod
     def _sample_id(q: Question, k: int, g: int) -> str:
