@@ -1,23 +1,30 @@
-"""Accepted guesses left out of S+: the weight phase's guard against collapsing onto a constant
-answer (issue 26).
+"""The weight phase's guards against training on lucky guesses, which collapse the solver onto
+a constant answer (issue 26). All three are off by default: the paper's S+ is every accepted
+run.
 
 Rejection-sampling SFT trains on every run the verifier accepts, and a binary verifier cannot
 tell a solved question from a lucky guess. Measured on `rg:letter_counting` (docs/commands/
 cotrain.md): the 0.5B answered "1" or "2" to every question, the verifier accepted the samples
 where that was right (28%), and after one step on those the solver answered "2" to all 40 eval
-questions. The signal that tells a guess apart uses nothing but the step's own samples: a
-guess is an answer the solver gives whatever the question, so it is rejected on many of the
-questions it is given to. Here an answer (its text, stripped, case and inner whitespace folded)
-is a *guess* when the solver gave it on two or more distinct prompts of the step and the
-verifier accepted at most `precision` of the samples that gave it; the accepted runs with a
-guessed answer are left out of S+ (recorded per step: `WeightStep.guesses`).
+questions. A guess is an answer the solver gives whatever the question; each guard reads that
+from the step's own samples (answers compared by `answer_key`: stripped, inner whitespace
+and case folded):
 
-What it does not catch: a constant answer given on one prompt only (nothing to compare), and a
-guess right on most of the prompts it is given to (a binary task with skewed answers, at a
-threshold below that skew). What it costs: on a task whose answers are few (yes/no, small
-integers), accepted runs of a solver that is right more often than `precision` are kept, and of
-one that is not, dropped, even where it reasoned; so it is off by default (the paper's S+ is
-every accepted run) and the experiments name it (`rsft.guess_precision`).
+- `guesses` (`rsft.guess_precision`): an answer given on two or more prompts of the step and
+  accepted in at most `precision` of its samples is a guess; its accepted runs leave S+.
+- `one_answer_per_prompts` (`rsft.answer_prompts`): an answer's accepted runs are kept from at
+  most k prompts of the step.
+- `chance` (`rsft.chance_guard`): the step trains only when its accept rate beats its chance
+  rate (each sample's answer graded against every prompt of the step) by more than one SE.
+
+Measured (experiments/whale/guess-guard.sh, the table in docs/commands/cotrain.md): two short
+examples of one answer were enough to make the 0.5B a constant answerer, so the first two,
+which thin S+ out, did not prevent the collapse; the chance test did, by training on nothing
+while the solver's answers did not depend on the question. What they do not catch: a solver
+right by chance on more than one SE of a small step's samples (chance), a constant answer given
+on one prompt only (guesses). What they cost: the grades of (distinct answers x prompts) per
+step (chance); on a task whose answers are few, runs of a solver no better than the threshold
+are dropped even where it reasoned.
 """
 
 from __future__ import annotations
