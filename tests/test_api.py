@@ -431,3 +431,19 @@ def test_train_proposer_refuses_a_config_object_over_a_runs_saved_config(tmp_pat
     with pytest.raises(ConfigError) as e:  # never silently ignored
         whale.train_proposer("grpo", run, config=ProposerTrainConfig())
     assert e.value.field == "config"
+
+
+def test_a_resume_after_the_tasks_data_file_was_edited_is_refused(tmp_path):
+    """The config names the file, not its questions: the splits record (splits.json) does."""
+    data = tmp_path / "qa.jsonl"
+    rows = [{"id": f"q{i}", "question": f"What is {i} + {i}?", "answer": str(2 * i)}
+            for i in range(14)]  # fmt: skip
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = whale.adapt(f"jsonl:{data}", SEED, prose_solver(), ScriptedModel([GOOD_EDIT]),
+                      out=tmp_path / "a", **SMALL)  # fmt: skip
+    for r in rows:  # every question reworded: whichever split each was drawn into
+        r["question"] = r["question"].replace("+", "*")
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(ResumeMismatch, match="split is not the one the run started with"):
+        whale.adapt(f"jsonl:{data}", SEED, prose_solver(), ScriptedModel([GOOD_EDIT]),
+                    resume=run.run_dir)  # fmt: skip

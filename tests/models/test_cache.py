@@ -42,3 +42,38 @@ def test_any_backend_can_be_called_async():
 
     inner = ScriptedModel(["async reply"])
     assert asyncio.run(achat(inner, MSG, Sampling())).text == "async reply"
+
+
+def _cached(tmp_path, replies, prefix_cache=None):
+    inner = ScriptedModel(replies)
+    if prefix_cache is not None:
+        inner.prefix_cache = prefix_cache  # as an embedded server's policy
+    return CachedModel(inner, tmp_path / "c.sqlite"), inner
+
+
+def test_a_greedy_reply_made_reusing_a_prefix_is_not_served_to_a_default_call(tmp_path):
+    # Reusing a prefix changes some greedy replies (docs/models.md), so a reply cached under
+    # "all" must not answer the same greedy call made under the default "sampled", nor back.
+    cached_all, _ = _cached(tmp_path, ["under all"], "all")
+    assert cached_all.chat(MSG, Sampling()).text == "under all"
+    default, inner = _cached(tmp_path, ["under sampled"], "sampled")
+    assert default.chat(MSG, Sampling()).text == "under sampled" and len(inner.calls) == 1
+    again, inner = _cached(tmp_path, ["not asked"], "all")
+    assert again.chat(MSG, Sampling()).text == "under all" and inner.calls == []
+
+
+def test_a_sampled_reply_made_without_prefix_reuse_has_its_own_key(tmp_path):
+    hot = Sampling(temperature=0.7, seed=3)
+    off, _ = _cached(tmp_path, ["under off"], "off")
+    assert off.chat(MSG, hot).text == "under off"
+    default, inner = _cached(tmp_path, ["under sampled"], "sampled")
+    assert default.chat(MSG, hot).text == "under sampled" and len(inner.calls) == 1
+
+
+def test_a_backend_without_a_policy_keeps_the_default_keys(tmp_path):
+    # Remote backends (no prefix_cache attribute) and embedded servers under the default share
+    # one key per call, the key caches made before this change used.
+    plain, _ = _cached(tmp_path, ["remote"])
+    plain.chat(MSG, Sampling())
+    default, inner = _cached(tmp_path, ["not asked"], "sampled")
+    assert default.chat(MSG, Sampling()).text == "remote" and inner.calls == []

@@ -321,3 +321,48 @@ def test_review26_a_failed_second_request_keeps_the_proposals_the_first_paid_for
     finally:
         cached.close()
     assert asked == []  # the first four came from the cache
+
+
+# --- seeds a server takes ---------------------------------------------------------------------
+def test_no_seed_is_sent_as_llamas_random_value():
+    """llama.cpp takes seed 0xFFFFFFFF to mean "random": a seeded call sent that value would
+    give a new reply each time, under one cache key."""
+    from whale.models.base import SEED_SPACE, wire_seed
+
+    assert wire_seed(5) == 5 and wire_seed(SEED_SPACE - 1) == SEED_SPACE - 1
+    for seed in (SEED_SPACE, 2 * SEED_SPACE, 4295 * 1_000_000, -1, 2**64 + 3):
+        assert 0 <= wire_seed(seed) < SEED_SPACE
+
+
+def test_a_seed_past_the_uint32_range_is_sent_inside_it():
+    with StubServer([("ok", "fine")]) as s:
+        OpenAICompatible("stub", s.base_url).chat(MESSAGES, Sampling(seed=0xFFFFFFFF + 7))
+    assert s.requests[0]["seed"] == 7
+
+
+def test_a_batch_whose_seeds_would_cross_the_random_value_is_asked_one_call_each(
+        tmp_path, monkeypatch):
+    """The server seeds choice i with the sent seed + i: from 0xFFFFFFFE, choice 1 would get
+    the "random" value, so these samples are asked for one by one."""
+    m = EmbeddedLlama(tmp_path / "m.gguf", slots=4)
+    batched: list[tuple[int, int]] = []
+    singles: list[int] = []
+
+    class Client:
+        def chat_choices(self, messages, sampling, n, timeout=None, fields=None):
+            batched.append((sampling.seed, n))
+            return [Completion("x", "stop", {"completion_tokens": 1}) for _ in range(n)]
+
+    def chat(messages, sampling, timeout=None):
+        singles.append(sampling.seed)
+        return Completion("x", "stop", {"completion_tokens": 1})
+
+    monkeypatch.setattr(m, "start", lambda: Client())
+    monkeypatch.setattr(m, "shares_prompt", lambda s: True)
+    monkeypatch.setattr(m, "_in_turns", lambda k, call: call())
+    monkeypatch.setattr(m, "chat", chat)
+    m.kind = "native"
+    assert len(m.chat_n(MESSAGES, Sampling(temperature=0.7, seed=0xFFFFFFFE), 2)) == 2
+    assert batched == [] and sorted(singles) == [0xFFFFFFFE, 0xFFFFFFFF]
+    m.chat_n(MESSAGES, Sampling(temperature=0.7, seed=0xFFFFFFFD), 2)
+    assert batched == [(0xFFFFFFFD, 2)]

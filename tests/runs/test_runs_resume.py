@@ -14,7 +14,14 @@ from whale.metaharness.run import SearchConfig
 from whale.models import ModelConfig
 from whale.records import RecordError
 from whale.revise.run import AdaptConfig
-from whale.runs import ResumeMismatch, check_seed, record_seed, refuse_changes, resumable
+from whale.runs import (
+    ResumeMismatch,
+    check_seed,
+    check_splits,
+    record_seed,
+    refuse_changes,
+    resumable,
+)
 from whale.schedule.cotrain import CotrainConfig
 from whale.train.proposer.run import ProposerTrainConfig, check_stage_changes
 
@@ -161,3 +168,31 @@ def test_the_refusal_names_its_field_for_a_script(tmp_path):
         refuse_changes(AdaptConfig(), changed(AdaptConfig, {"seed": 1, "dev": 9}), tmp_path)
     assert e.value.field == "dev"  # the first, in dotted order; the message names both
     assert "(and seed)" in str(e.value)
+
+
+# --- the splits a resume meets (check_splits) --------------------------------------------------
+@dataclass
+class Q:
+    id: str
+    prompt: str
+
+
+def test_a_resume_meeting_the_same_splits_passes(tmp_path):
+    splits = {"dev": [Q("a", "1+1"), Q("b", "2+2")], "eval": [Q("c", "3+3")]}
+    check_splits(tmp_path, splits)
+    check_splits(tmp_path, splits)
+
+
+def test_a_question_moved_between_splits_is_refused(tmp_path):
+    """What a changed split rule (or an edited data file) does: a question the run was tuned
+    on lands in its eval split."""
+    check_splits(tmp_path, {"dev": [Q("a", "1+1")], "eval": [Q("c", "3+3")]})
+    with pytest.raises(ResumeMismatch, match="dev split.*other questions") as e:
+        check_splits(tmp_path, {"dev": [Q("c", "3+3")], "eval": [Q("a", "1+1")]})
+    assert e.value.field == "task"
+
+
+def test_a_question_whose_text_changed_under_its_id_is_refused(tmp_path):
+    check_splits(tmp_path, {"eval": [Q("c", "3+3")]})
+    with pytest.raises(ResumeMismatch, match="text changed"):
+        check_splits(tmp_path, {"eval": [Q("c", "3*3")]})

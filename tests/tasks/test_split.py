@@ -19,7 +19,7 @@ def test_split_is_disjoint_and_sized():
 
 def test_same_text_different_id_counts_as_overlap():
     with pytest.raises(SplitOverlap, match="q2 .same text as q1"):
-        check_disjoint({"dev": [q(1, "What is 2+2?")], "eval": [q(2, "what is 2 + 2")]})
+        check_disjoint({"dev": [q(1, "What is 2+2?")], "eval": [q(2, "what  is\n2+2")]})
 
 
 def test_same_id_counts_as_overlap():

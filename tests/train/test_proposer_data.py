@@ -11,7 +11,7 @@ from whale.harness import Runtime
 from whale.revise.code_screens import DuplicateScreen
 from whale.revise.proposer import Proposer, ProposerConfig
 from whale.revise.select import reward, validity
-from whale.tasks.base import normalize_prompt
+from whale.tasks.base import fold_text
 from whale.train.proposer.contexts import (
     ContextSettings,
     EvalLeak,
@@ -91,7 +91,7 @@ def test_no_held_out_question_text_enters_the_training_prompts(setup):
 def test_the_leak_check_sees_through_case_and_spacing():
     text = "Here:   what IS 17 + 35   divided by two hundred?"
     with pytest.raises(EvalLeak):
-        check_no_eval_text([text], [normalize_prompt("What is 17 + 35 divided by two hundred?")])
+        check_no_eval_text([text], [fold_text("What is 17 + 35 divided by two hundred?")])
 
 
 def test_an_edit_that_does_not_apply_earns_validity_credit_only(setup):
@@ -212,7 +212,7 @@ def test_the_duplicate_screen_used_by_the_teacher_sees_renamed_copies():
 
 
 def test_the_leak_check_does_not_match_inside_a_longer_number():
-    held = [normalize_prompt("What is 3 + 7?")]
+    held = [fold_text("What is 3 + 7?")]
     check_no_eval_text(["What is 13 + 7? And what is 3 + 71?"], held)
     with pytest.raises(EvalLeak):
         check_no_eval_text(["Q: What is 3 + 7? A: 10"], held)
@@ -221,7 +221,7 @@ def test_the_leak_check_does_not_match_inside_a_longer_number():
 def test_the_leak_check_sees_a_prompt_shown_with_repr():
     q = "How many e are in\nthe text: apple pie?"
     with pytest.raises(EvalLeak):
-        check_no_eval_text(["messages: " + repr([{"content": q}])], [normalize_prompt(q)])
+        check_no_eval_text(["messages: " + repr([{"content": q}])], [fold_text(q)])
 
 
 def test_a_resumed_reward_keeps_the_best_found_and_numbers_calls_on(setup, tmp_path):

@@ -30,6 +30,7 @@ from whale.runs import (
     OutcomeStore,
     ResumeMismatch,
     check_seed,
+    check_splits,
     load_run_config,
     outcome_fingerprint,
     record_seed,
@@ -111,6 +112,7 @@ def run_search(
             check_seed(run_dir, cfg.harness, source)
             save_run_config(run_dir, cfg)
             search_set, held = search_splits(task_obj, cfg)
+            check_splits(run_dir, {"dev": search_set, "eval": held})
             store = OutcomeStore(run_dir, outcome_fingerprint(cfg.task, cfg.solver, cfg.runtime))
             store.save_harness(source)
             record_seed(run_dir, cfg.harness, source)

@@ -34,6 +34,26 @@ PrefixCache = Literal["sampled", "all", "off"]
 PREFIX_CACHE: tuple[PrefixCache, ...] = ("sampled", "all", "off")
 
 
+# The seeds a server is sent: llama.cpp reads a request's seed as a uint32 and takes 0xFFFFFFFF
+# (LLAMA_DEFAULT_SEED) to mean "pick one at random", so whale's seeds (any int: a run's seed
+# times 1_000_000 plus a round's offset grows past 2**32) are sent modulo 0xFFFFFFFF, which never
+# reaches that value: a seeded call stays repeatable, and the response cache's entry for it is
+# the reply the same call gets again. Seeds that differ by a multiple of 0xFFFFFFFF share one
+# sample; seeds below it are sent as they are.
+SEED_SPACE = 0xFFFFFFFF
+
+
+def wire_seed(seed: int) -> int:
+    """The seed sent to a server for whale's `seed` (see SEED_SPACE)."""
+    return seed % SEED_SPACE
+
+
+def crosses_seed_space(sampling: Sampling, n: int) -> bool:
+    """Whether seeds `sampling.seed` .. `+ n - 1`, as one request's choices (the server adding i
+    to the seed it was sent), would reach SEED_SPACE."""
+    return sampling.seed is not None and wire_seed(sampling.seed) + n - 1 >= SEED_SPACE
+
+
 def reuses_prefix(policy: str, sampling: Sampling) -> bool:
     """Whether a call with `sampling` may reuse a cached prompt prefix under `policy`."""
     if policy == "all":

@@ -22,12 +22,24 @@ from whale.models.base import (
     Sampling,
     chat_n,
     each,
+    reuses_prefix,
     shares_prompt,
 )
 
 
-def cache_key(model_name: str, messages: list[Message], sampling: Sampling) -> str:
-    blob = json.dumps([model_name, messages, sampling.key()], sort_keys=True, ensure_ascii=False)
+def cache_key(
+    model_name: str, messages: list[Message], sampling: Sampling, prefix_cache: str = "sampled"
+) -> str:
+    """The key of one call. A call whose prefix reuse differs from the default policy's
+    ("sampled": sampled calls reuse, greedy calls do not) carries that in its key: reusing a
+    processed prefix changes the low bits of the logits and so some replies (docs/models.md),
+    and a greedy reply made under "all" is not the reply a default greedy call would get. Under
+    the default the key is what it always was, so existing caches stay valid."""
+    key = sampling.key()
+    reuse = reuses_prefix(prefix_cache, sampling)
+    if reuse != reuses_prefix("sampled", sampling):
+        key["prefix_reused"] = reuse
+    blob = json.dumps([model_name, messages, key], sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -45,11 +57,14 @@ class CachedModel:
         self._db.commit()
         self._lock = threading.Lock()
         self.hits = self.misses = 0
+        # The inner model's prefix policy (embedded servers; "sampled" for others, whose server
+        # side whale does not see), part of each call's key.
+        self._prefix_cache = str(getattr(inner, "prefix_cache", "sampled"))
 
     def chat(
         self, messages: list[Message], sampling: Sampling, timeout: float | None = None
     ) -> Completion:
-        key = cache_key(self.inner.name, messages, sampling)
+        key = cache_key(self.inner.name, messages, sampling, self._prefix_cache)
         hit = self._get(key)
         if hit is not None:
             return hit
@@ -72,7 +87,7 @@ class CachedModel:
         if sampling.seed is None:  # one key for all: as n single calls would be answered
             return each(self, messages, sampling, n, timeout)
         seeded = [replace(sampling, seed=sampling.seed + i) for i in range(n)]
-        keys = [cache_key(self.inner.name, messages, s) for s in seeded]
+        keys = [cache_key(self.inner.name, messages, s, self._prefix_cache) for s in seeded]
         out: list[Completion | None] = [self._get(k) for k in keys]
         missing = [i for i, c in enumerate(out) if c is None]
         if not missing:

@@ -75,6 +75,7 @@ from whale.models.base import (
     ModelError,
     PartialBatch,
     Sampling,
+    crosses_seed_space,
     each,
     reuses_prefix,
     template_messages,
@@ -368,7 +369,9 @@ class EmbeddedLlama:
         (llama-server's `usage` counts the first choice only). The first failure raises."""
         if n < 1:
             raise ValueError(f"chat_n: n must be >= 1, not {n}")
-        if n == 1 or not self.shares_prompt(sampling):
+        # The server seeds choice i with the sent seed + i: a run of seeds that would cross
+        # SEED_SPACE (llama.cpp's "random" value) is asked for one call each.
+        if n == 1 or not self.shares_prompt(sampling) or crosses_seed_space(sampling, n):
             return each(self, messages, sampling, n, timeout)
         client = self.start()
         if self.kind != "native":  # not reached: shares_prompt saw the kind a start uses

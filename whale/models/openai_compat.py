@@ -29,6 +29,7 @@ from whale.models.base import (
     ModelUnreachable,
     Sampling,
     text_call,
+    wire_seed,
 )
 
 R = TypeVar("R")
@@ -182,7 +183,7 @@ class OpenAICompatible:
         if sampling.stop:
             kwargs["stop"] = list(sampling.stop)
         if sampling.seed is not None:
-            kwargs["seed"] = sampling.seed
+            kwargs["seed"] = wire_seed(sampling.seed)
         extra_body: dict[str, Any] = {}
         if sampling.grammar is not None:
             extra_body["grammar"] = sampling.grammar

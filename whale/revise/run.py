@@ -25,6 +25,7 @@ from whale.revise.select import SelectRule, ValidityWeights
 from whale.runs import (
     OutcomeStore,
     check_seed,
+    check_splits,
     load_run_config,
     outcome_fingerprint,
     record_seed,
@@ -122,6 +123,7 @@ def run_adapt(
         with RunLock(run_dir):
             seed_hash = open_run(cfg, run_dir, source)
             fb_pool, score_set, held = split_pools(task_obj, cfg)
+            check_splits(run_dir, {"feedback": fb_pool, "score": score_set, "eval": held})
             store = OutcomeStore(run_dir, outcome_fingerprint(cfg.task, cfg.solver, cfg.runtime))
             store.save_harness(source)  # a cut copy of the seed is written again, whole
             runtime = make_runtime(cfg.runtime, solver_model, workers=cfg.workers)

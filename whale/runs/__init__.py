@@ -15,6 +15,7 @@ from whale.runs.ledger import OutcomeStore, ledger_row
 from whale.runs.resume import (
     changed_fields,
     check_seed,
+    check_splits,
     may_change,
     record_seed,
     refuse_changes,
@@ -31,6 +32,7 @@ from whale.runs.rundir import (
 __all__ = [
     "OutNotADirectory", "OutcomeStore", "RecordError", "ResumeMismatch", "RunDirError",
     "RunDirInUse", "RunDirNotEmpty", "changed_fields", "check_out", "check_seed",
+    "check_splits",
     "hold_run_dir", "ledger_row", "load_run_config", "may_change", "new_run_dir",
     "outcome_fingerprint", "record_seed", "refuse_changes", "resumable", "save_run_config",
 ]  # fmt: skip

@@ -25,16 +25,20 @@ be recorded wrong (refused).
 Any other field defines the experiment, and so does a field added to a config later until
 it is given one of these kinds. `refuse_changes` holds the rule for every command;
 `check_seed` checks the one input that is not in the config, the seed harness's content.
-Not covered: the content of files a config names (a `propose.template` file, a task's data).
+`check_splits` holds what the config alone cannot: that a resume meets the questions the run
+started with (a task's data file edited, or whale's split rule changed, between the start and
+the resume would otherwise move a question the run was tuned on into its eval split).
+Not covered: the content of other files a config names (a `propose.template` file).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import types
 import typing
-from collections.abc import Collection
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -60,6 +64,7 @@ MODEL_REACH = ("threads", "retries", "cache", "cache_path", "api_key_env", "endp
                "max_concurrency", "probe_s", "attempt_timeout_s")  # fmt: skip
 SOLVER = "solver"  # the model whose calls are rollouts: its timeout decides outcomes
 EVAL_READ = "eval_read.json"  # whale.tasks.SealedSplit's record of the one eval read
+SPLITS = "splits.json"  # the questions of each split, as the run first drew them
 
 
 def resumable(cls: type) -> dict[str, str]:
@@ -168,3 +173,36 @@ def _sub_configs(cls: type, prefix: str) -> list[tuple[str, type]]:
                 out.append((prefix + f.name, arm))
                 out += _sub_configs(arm, f"{prefix}{f.name}.")
     return out
+
+
+def check_splits(run_dir: Path, splits: Mapping[str, Sequence[Any]]) -> None:
+    """Write `splits.json` (each split's question ids in order, and a hash of their ids and
+    prompts) the first time a run draws its splits; on a resume, ResumeMismatch when any split
+    differs. `splits` maps a split's name to its questions (anything with `id` and `prompt`).
+    A run made before this record existed gets it on its next resume, unchecked."""
+    now = {name: {"ids": [q.id for q in qs], "hash": _questions_hash(qs)}
+           for name, qs in splits.items()}  # fmt: skip
+    path = run_dir / SPLITS
+    if not path.exists():
+        write_atomic(path, json.dumps(now, indent=1))
+        return
+    prior = read_json(path)
+    if not isinstance(prior, dict):
+        raise RecordError(f"{path}: not a record of the run's splits")
+    for name, rec in now.items():
+        old = prior.get(name)
+        if old == rec:
+            continue
+        what = ("its questions' text changed" if isinstance(old, dict)
+                and old.get("ids") == rec["ids"] else "it holds other questions")  # fmt: skip
+        raise ResumeMismatch(
+            f"--resume {run_dir}: the {name} split is not the one the run started with ({what}; "
+            f"{SPLITS}): the task's questions or whale's split rule changed since; resume with "
+            "the task data and whale version the run started with, or start a new run",
+            "task",
+        ).at("task")
+
+
+def _questions_hash(qs: Sequence[Any]) -> str:
+    blob = json.dumps([[q.id, q.prompt] for q in qs], ensure_ascii=False)
+    return hashlib.sha256(blob.encode()).hexdigest()

@@ -47,6 +47,7 @@ from whale.records import RecordError, RunLock, record_dir, write_atomic
 from whale.runs import (
     OutcomeStore,
     check_seed,
+    check_splits,
     load_run_config,
     outcome_fingerprint,
     record_seed,
@@ -355,6 +356,8 @@ def run_cotrain(
             write_atomic(run_dir / FORMAT_FILE, json.dumps({"format": FORMAT}))
             save_run_config(run_dir, cfg)
             splits = cotrain_splits(task, cfg, more)
+            check_splits(run_dir, {"train": splits.pool, "eval": splits.held,
+                                   "validation": splits.validation})  # fmt: skip
             serving, ckpt = make_serving(cfg)
             swept = None
             chosen_by = "the config" if cfg.stagewise is not None else "the default"

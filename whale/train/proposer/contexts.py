@@ -42,7 +42,7 @@ from whale.records import RecordError, read_json, write_atomic
 from whale.revise.grammar import edit_grammar
 from whale.revise.proposer import TEMPLATES, ProposerConfig, load_template, render, task_tools
 from whale.revise.report import ReportConfig, build_report
-from whale.runs import OutcomeStore, outcome_fingerprint
+from whale.runs import OutcomeStore, check_splits, outcome_fingerprint
 from whale.tasks import (
     VARIANTS,
     Question,
@@ -53,7 +53,7 @@ from whale.tasks import (
     load_task,
     split,
 )
-from whale.tasks.base import normalize_prompt
+from whale.tasks.base import fold_text
 
 # Held-out prompts shorter than this are not looked for in a corpus ("2+2?" occurs anywhere);
 # longer ones must match whole (not inside a longer word or number) wherever they occur.
@@ -298,25 +298,26 @@ def family_of(family: str, task: Task, cfg: ContextSettings, fdir: Path,
     scoring, pool = dev[: cfg.score], dev[cfg.score :]
     check_disjoint({"feedback": pool, "score": scoring, "eval": held})
     store = OutcomeStore(fdir, fingerprint)
+    check_splits(fdir, {"feedback": pool, "score": scoring, "eval": held})
     by_id = {q.id: q for q in dev}
     return Family(family, task, pool, scoring, SealedSplit(held, fdir / "eval_read.json"), store,
                   by_id)  # fmt: skip
 
 
 def held_out_texts(families: Iterable[Family]) -> list[str]:
-    """The normalized prompt of every held-out question of `families` (read without opening
-    the sealed split: the texts are only looked for, never shown or scored)."""
-    return [normalize_prompt(q.prompt) for f in families for q in f.held_out._questions]
+    """The folded prompt (`fold_text`) of every held-out question of `families` (read without
+    opening the sealed split: the texts are only looked for, never shown or scored)."""
+    return [fold_text(q.prompt) for f in families for q in f.held_out._questions]
 
 
 def check_no_eval_text(texts: Iterable[str], held_out: Sequence[str]) -> None:
-    """EvalLeak if any text holds a held-out question's prompt (normalized, 8+ chars, not
+    """EvalLeak if any text holds a held-out question's prompt (folded, 8+ chars, not
     inside a longer word or number: "what is 3 + 7?" is not in "what is 13 + 7?")."""
     needles = [h for h in set(held_out) if len(h) >= MIN_LEAK_CHARS]
     for n, text in enumerate(texts):
         # the report shows model calls with repr(): undo its escapes, or "\\n" would become
         # the letter n and hide a prompt written across lines
-        norm = normalize_prompt(_ESCAPES.sub(lambda m: _UNESCAPE.get(m.group(1), " "), text))
+        norm = fold_text(_ESCAPES.sub(lambda m: _UNESCAPE.get(m.group(1), " "), text))
         for h in needles:
             at = norm.find(h)
             while at >= 0:

@@ -1,0 +1,56 @@
+"""A question's identity (`normalize_prompt`) and the looser text a leak is searched in
+(`fold_text`). Folding every non-word character made whole Reasoning Gym families one question."""
+
+import pytest
+
+from whale.tasks.base import dedupe, fold_text, normalize_prompt
+from whale.tasks.rg import ReasoningGymTask
+
+
+def test_case_width_and_whitespace_do_not_make_a_new_question():
+    assert normalize_prompt("What  is\n2 + 3?") == normalize_prompt("what is 2 + 3")
+    assert normalize_prompt("Ｗhat is ２＋３") == normalize_prompt("what is 2+3")
+
+
+@pytest.mark.parametrize(("a", "b"), [
+    ("What is 2+3?", "What is 2*3?"),
+    ("Compute (1+2)*3", "Compute 1+(2*3)"),
+    ("Solve 🍎 + 🍌", "Solve 🐶 + 🐱"),
+    ("#..\n.#.", "..#\n.#."),
+])  # fmt: skip
+def test_symbols_emoji_and_boards_tell_questions_apart(a, b):
+    assert normalize_prompt(a) != normalize_prompt(b)
+
+
+@pytest.mark.parametrize(("family", "old_distinct"), [
+    ("emoji_mystery", 1), ("modulo_grid", 1), ("rectangle_count", 1), ("sokoban", 8),
+])  # fmt: skip
+def test_a_reasoning_gym_family_keeps_its_questions_apart(family, old_distinct):
+    """The old rule made these 200 questions `old_distinct` texts; every distinct question
+    now stays one (task seed 0, the first 200)."""
+    qs = ReasoningGymTask(family, size=200, seed=0).questions()
+    assert len({q.prompt for q in qs}) == len({normalize_prompt(q.prompt) for q in qs})
+    assert len(dedupe(qs)) == len({q.prompt for q in qs}) > old_distinct
+
+
+def test_a_quoted_or_escaped_question_still_folds_to_its_text():
+    q = fold_text("What is the GCD of 12 and 18?")
+    assert q in fold_text('{"question": "What is the GCD of 12 and 18?"}')
+    assert q in fold_text("“What is the GCD of 12 and 18”")
+
+
+def test_folding_keeps_symbols_and_underscores():
+    assert fold_text("Solve 🍎 + 🍌!") != fold_text("Solve 🐶 + 🐱!")
+    assert fold_text("_ Q _ _") == "_ q _ _"
+
+
+def test_the_leak_check_tells_apart_two_emoji_questions_of_one_template():
+    """Folded to their shared words, every rg:emoji_mystery question was "in" every training
+    text of the family, and the leak check refused them all."""
+    from whale.train.proposer.contexts import EvalLeak, check_no_eval_text
+
+    template = "Decode the hidden sentence: {} and answer with it."
+    held = [fold_text(template.format("🐶🐱🐭"))]
+    check_no_eval_text(["x_t: " + template.format("🍎🍌🍒")], held)
+    with pytest.raises(EvalLeak):
+        check_no_eval_text(["x_t: " + template.format("🐶🐱🐭")], held)
