@@ -357,3 +357,27 @@ def test_every_step_of_every_scale_builds_its_kinds_config(experiment, scale):
         lists = {n: fams[i : i + 1] for i, n in enumerate(fields.get("lists", {}))}
         outputs[step.name] = {"dir": f"/runs/{step.name}", "stagewise": [0.5, 2], **lists,
                               **{f"{n}_format": v for n, v in lists.items()}}  # fmt: skip
+
+
+def test_a_running_steps_wall_time_reaches_its_record_before_it_ends(tmp_path, monkeypatch):
+    """A runner killed outright (a session's end: SIGKILL) writes nothing more: the time its
+    step ran must already be on disk, to within a heartbeat."""
+    import time
+
+    d, runs = write(tmp_path), tmp_path / "runs"
+    monkeypatch.setattr(runmod, "HEARTBEAT_S", 0.05)
+    seen: list[tuple[str, float]] = []
+
+    def slow_step(step, step_dir, fields, say):
+        step_dir.mkdir(parents=True, exist_ok=True)
+        time.sleep(0.4)  # the step at work; then what a SIGKILL now would leave on disk
+        rec = read_step((runs / "demo" / "small").resolve(), step.name)
+        seen.append((rec.state, rec.wall_s))  # type: ignore[union-attr]
+        return {"dir": str(step_dir)}
+
+    monkeypatch.setattr(runmod, "run_step", slow_step)
+    run_experiment(d, runs)
+    assert [s for s, _ in seen] == ["started", "started"]
+    assert all(0.2 <= w <= 0.45 for _, w in seen), seen
+    final = read_step((runs / "demo" / "small").resolve(), "first")
+    assert final.state == "finished" and final.wall_s >= 0.4  # type: ignore[union-attr]

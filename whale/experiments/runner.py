@@ -20,6 +20,7 @@ refused (the scale folder is locked).
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -52,6 +53,7 @@ from whale.experiments.steps import run_step, started
 from whale.runs import ResumeMismatch, changed_fields, hold_run_dir
 
 DEFAULT_RUNS = "~/whale-runs/experiments"
+HEARTBEAT_S = 60.0  # how often a running step's wall time is written to its record
 Say = Callable[[str], None]
 
 
@@ -163,15 +165,36 @@ def _begin(root: Path, step: Step, config: dict[str, Any], record: StepRecord | 
 
 def _run_timed(root: Path, record: StepRecord, step: Step, step_dir: Path,
                fields: dict[str, Any], say: Say) -> dict[str, Any]:  # fmt: skip
-    """The step's outputs; its wall time is added to its record whether it finishes or not."""
-    t0 = time.monotonic()
+    """The step's outputs; its wall time is added to its record whether it finishes or not,
+    and every HEARTBEAT_S while it runs, so that a runner killed outright (SIGKILL, a machine
+    or session that ends) loses at most that much of the time it ran."""
+    t0, before = time.monotonic(), record.wall_s
+    lock, stop = threading.Lock(), threading.Event()
+
+    def tick() -> None:
+        while not stop.wait(HEARTBEAT_S):
+            with lock:
+                if stop.is_set():
+                    return
+                record.wall_s = round(before + time.monotonic() - t0, 1)
+                try:
+                    write_step(root, record)
+                except OSError:  # a full disk must not end the step; the final write says it
+                    pass
+
+    beat = threading.Thread(target=tick, name="step-heartbeat", daemon=True)
+    beat.start()
     try:
         outputs = run_step(step, step_dir, fields, say)
     except BaseException:
-        record.wall_s = round(record.wall_s + time.monotonic() - t0, 1)
+        with lock:
+            stop.set()
+        record.wall_s = round(before + time.monotonic() - t0, 1)
         write_step(root, record)
         raise
-    record.wall_s = round(record.wall_s + time.monotonic() - t0, 1)
+    with lock:
+        stop.set()
+    record.wall_s = round(before + time.monotonic() - t0, 1)
     record.state, record.finished_at, record.outputs = "finished", now(), outputs
     write_step(root, record)
     return outputs
