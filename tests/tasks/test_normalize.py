@@ -54,3 +54,28 @@ def test_the_leak_check_tells_apart_two_emoji_questions_of_one_template():
     check_no_eval_text(["x_t: " + template.format("🍎🍌🍒")], held)
     with pytest.raises(EvalLeak):
         check_no_eval_text(["x_t: " + template.format("🐶🐱🐭")], held)
+
+
+@pytest.mark.parametrize("text", [
+    "Q: what is 17+35 divided by two hundred A",  # operators re-spaced
+    "Q: What is 17 + 35 \u200bdivided by two hundred",  # a zero-width space beside a space
+    "Q: What is 17 + 35\u200bdivided by two hundred",  # a zero-width space for a space
+    "Q: What is 17 \u2212 35 divided by two hundred",  # the minus sign for the hyphen
+])  # fmt: skip
+def test_the_leak_check_sees_a_question_re_spaced_or_with_invisible_characters(text):
+    """The fold before this kept "+" and zero-width characters as they were: "17+35" was not
+    "17 + 35" (the old rule, every non-word character a space, found both)."""
+    from whale.train.proposer.contexts import EvalLeak, check_no_eval_text
+
+    held = "What is 17 {} 35 divided by two hundred?"
+    op = "-" if "\u2212" in text else "+"
+    with pytest.raises(EvalLeak):
+        check_no_eval_text([text], [fold_text(held.format(op))])
+
+
+@pytest.mark.parametrize("family", ["rectangle_count", "sokoban"])
+def test_folding_keeps_a_board_familys_questions_apart(family):
+    """Boards drawn with "#" (rg:rectangle_count: 200 questions folded to 104 texts) would make
+    a feedback question of the family "hold" a held-out one: EvalLeak on every corpus."""
+    qs = ReasoningGymTask(family, size=200, seed=0).questions()
+    assert len({fold_text(q.prompt) for q in qs}) == len({q.prompt for q in qs})

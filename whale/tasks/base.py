@@ -250,12 +250,32 @@ def normalize_prompt(text: str) -> str:
 def fold_text(text: str) -> str:
     """`text` as it is searched for a question inside a longer text (a held-out prompt inside a
     training corpus): NFKC, case-folded, punctuation (quotes, brackets, dots, dashes; not "_")
-    as spaces, whitespace squeezed. Looser than `normalize_prompt`, so that a question quoted,
-    escaped or re-punctuated inside a report is still found; symbols and emoji stay, so that
-    different questions of one template do not all fold to their shared words."""
-    text = unicodedata.normalize("NFKC", text).casefold()
-    text = "".join(" " if unicodedata.category(c)[0] == "P" and c != "_" else c for c in text)
-    return " ".join(text.split())
+    and invisible format characters as spaces, operators spaced apart ("2+2" is "2 + 2"; "−",
+    "×", "÷" are "-", "*", "/"), whitespace squeezed (`_fold_char`). Looser than
+    `normalize_prompt`, so that a question quoted, escaped, re-punctuated or re-spaced inside a
+    report is still found; symbols, emoji and "#" stay, so that different questions of one
+    template (rg:emoji_mystery, rg:rectangle_count) do not all fold to their shared words."""
+    text = unicodedata.normalize("NFKC", text).casefold().translate(_SAME_OPERATOR)
+    return " ".join("".join(_fold_char(c) for c in text).split())
+
+
+def _fold_char(c: str) -> str:
+    """fold_text's rule for one character. A space: punctuation (quotes, brackets, dots,
+    dashes) and control or invisible format characters (zero-width spaces and joiners, which
+    whitespace squeezing does not see). Padded with a space on each side, so that "2+2" and
+    "2 + 2" fold to one text: operators (math, currency and modifier symbols, and "*", "/",
+    "%", "&", "@"). Kept as they are: letters, digits, "_", "#" and other symbols (emoji, box
+    drawing: the cells of a board)."""
+    cat = unicodedata.category(c)
+    if c in _OPERATORS or cat in ("Sm", "Sc", "Sk"):
+        return f" {c} "
+    if c in "_#" or cat[0] not in "PC":
+        return c
+    return " " if cat[0] == "P" or cat in ("Cf", "Cc") else c
+
+
+_OPERATORS = frozenset("*/%&@")
+_SAME_OPERATOR = str.maketrans({"\u2212": "-", "\u00d7": "*", "\u00f7": "/"})
 
 
 def check_disjoint(named: Mapping[str, Sequence[Question]]) -> None:
