@@ -2,6 +2,7 @@
 a field saying where or how fast rollouts run may change, a budget field may (until the eval
 split was read), anything else is refused with ResumeMismatch naming it."""
 
+import json
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -196,3 +197,40 @@ def test_a_question_whose_text_changed_under_its_id_is_refused(tmp_path):
     check_splits(tmp_path, {"eval": [Q("c", "3+3")]})
     with pytest.raises(ResumeMismatch, match="text changed"):
         check_splits(tmp_path, {"eval": [Q("c", "3*3")]})
+
+
+def _ledger(path, rows):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"question_id": q, "split": s}) + "\n" for q, s in rows))
+
+
+@pytest.mark.parametrize("ledger", ["outcomes.jsonl", "adaptive/outcomes.jsonl"])
+def test_a_run_from_before_the_record_whose_split_moved_is_refused(tmp_path, ledger):
+    """No splits.json (a run made before it): the ledger says which questions the run was
+    tuned on. One of them now drawn into the eval split (what this very change of the question
+    identity does to some tasks' splits) must not be written down as the run's split."""
+    _ledger(tmp_path / ledger, [("a", "score"), ("b", "feedback")])
+    with pytest.raises(ResumeMismatch, match="'score' rollout of question a.*now in the eval"):
+        check_splits(tmp_path, {"dev": [Q("b", "2+2")], "eval": [Q("a", "1+1")]})
+    assert not (tmp_path / "splits.json").exists()
+
+
+def test_a_run_from_before_the_record_whose_eval_rows_left_the_eval_split_is_refused(tmp_path):
+    _ledger(tmp_path / "outcomes.jsonl", [("a", "score"), ("c", "eval")])
+    with pytest.raises(ResumeMismatch, match="no longer in the eval"):
+        check_splits(tmp_path, {"dev": [Q("a", "1+1"), Q("c", "3+3")], "eval": [Q("d", "4")]})
+
+
+def test_a_run_from_before_the_record_whose_split_held_gets_it(tmp_path):
+    _ledger(tmp_path / "outcomes.jsonl", [("a", "score"), ("c", "eval")])
+    splits = {"dev": [Q("a", "1+1")], "eval": [Q("c", "3+3")]}
+    check_splits(tmp_path, splits)
+    assert (tmp_path / "splits.json").exists()
+    check_splits(tmp_path, splits)
+
+
+@pytest.mark.parametrize("record", ['{"eval": "x"}', '{"eval": {"ids": 3, "hash": "h"}}', "[]"])
+def test_an_edited_splits_record_is_a_record_error(tmp_path, record):
+    (tmp_path / "splits.json").write_text(record)
+    with pytest.raises(RecordError, match="not a record of the run's splits"):
+        check_splits(tmp_path, {"eval": [Q("c", "3+3")]})

@@ -45,7 +45,7 @@ from typing import Any
 
 from whale.harness import RuntimeConfig, harness_hash
 from whale.models import ModelConfig
-from whale.records import RecordError, read_json, write_atomic
+from whale.records import RecordError, iter_jsonl, read_json, write_atomic
 from whale.runs.errors import ResumeMismatch
 
 # Fields of every command's config that say where its run is and what mirrors it.
@@ -179,15 +179,21 @@ def check_splits(run_dir: Path, splits: Mapping[str, Sequence[Any]]) -> None:
     """Write `splits.json` (each split's question ids in order, and a hash of their ids and
     prompts) the first time a run draws its splits; on a resume, ResumeMismatch when any split
     differs. `splits` maps a split's name to its questions (anything with `id` and `prompt`).
-    A run made before this record existed gets it on its next resume, unchecked."""
+    A run made before this record existed gets it on its next resume, checked against its
+    ledgers (`_check_ledgers`): refused where a question it rolled out moved across the eval
+    split."""
     now = {name: {"ids": [q.id for q in qs], "hash": _questions_hash(qs)}
            for name, qs in splits.items()}  # fmt: skip
     path = run_dir / SPLITS
     if not path.exists():
+        _check_ledgers(run_dir, {q.id for q in splits.get("eval", ())})
         write_atomic(path, json.dumps(now, indent=1))
         return
     prior = read_json(path)
-    if not isinstance(prior, dict):
+    if not isinstance(prior, dict) or not all(
+        isinstance(r, dict) and isinstance(r.get("ids"), list) and isinstance(r.get("hash"), str)
+        for r in prior.values()
+    ):
         raise RecordError(f"{path}: not a record of the run's splits")
     for name, rec in now.items():
         old = prior.get(name)
@@ -201,6 +207,34 @@ def check_splits(run_dir: Path, splits: Mapping[str, Sequence[Any]]) -> None:
             "the task data and whale version the run started with, or start a new run",
             "task",
         ).at("task")
+
+
+# Where a run's ledgers are (whale.runs.ledger): the run's own, a cotrain schedule's, a
+# cotrain sweep point's.
+_LEDGERS = ("outcomes.jsonl", "*/outcomes.jsonl", "sweep/*/*/outcomes.jsonl")
+
+
+def _check_ledgers(run_dir: Path, eval_ids: set[str]) -> None:
+    """For a run without `splits.json` (a new one, or one made before the record): ResumeMismatch
+    when a ledger row puts a question on the wrong side of the eval split now drawn (a question
+    rolled out for tuning now in the eval split, or an eval row's question out of it): the
+    split rule or the task's data changed since the run started (whale's question identity,
+    `normalize_prompt`, did when the record came in, and with it the split of some tasks)."""
+    for pattern in _LEDGERS:
+        for ledger in sorted(run_dir.glob(pattern)):
+            for n, row in iter_jsonl(ledger):
+                qid, tag = row.get("question_id"), row.get("split")
+                if not isinstance(qid, str) or not isinstance(tag, str):
+                    continue
+                if (qid in eval_ids) != (tag == "eval"):
+                    raise ResumeMismatch(
+                        f"--resume {run_dir}: {ledger}:{n} has a {tag!r} rollout of question "
+                        f"{qid}, which is {'now' if qid in eval_ids else 'no longer'} in the "
+                        "eval split: the task's questions or whale's split rule changed since "
+                        "the run started; resume with the task data and whale version the run "
+                        "started with, or start a new run",
+                        "task",
+                    ).at("task")
 
 
 def _questions_hash(qs: Sequence[Any]) -> str:
