@@ -23,8 +23,8 @@ The later pools are prefixes of that one where a family's i-th question depends 
 seed and i (Reasoning Gym's); a family that draws otherwise (rg:acre: its whole pool
 depends on the size) is found by comparing its pools of exclude_size - 1 and exclude_size / 2
 questions with the one of exclude_size, and is not read (n = 0, so it fails the rule; so
-does a family none of whose drawn questions is clear, rg:emoji_mystery, whose prompts all
-normalize to one text). The format variant
+does a family none of whose drawn questions is clear: rg:emoji_mystery was, while its prompts
+all normalized to one text). The format variant
 rewords the canonical questions of the same seed, so it is covered by the canonical texts.
 
 Resume: a family whose run directory holds summary.json and a `drawn.json` naming the very
