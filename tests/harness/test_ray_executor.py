@@ -222,6 +222,31 @@ def test_a_model_the_actors_cannot_call_is_refused_and_a_cached_one_keeps_its_id
 
 
 
+def test_the_actors_keep_the_embedded_servers_prefix_policy(tmp_path, monkeypatch):
+    """An actor calls the driver's embedded llama-server over HTTP: it must send the prompt
+    cache switch the driver's own calls send, and key its cache as the driver does, or a greedy
+    reply made reusing a prefix (under "all") is cached as a default one."""
+    from whale.models import EmbeddedLlama, Sampling
+    from whale.models.cache import cache_key
+
+    msgs = [{"role": "user", "content": "hi"}]
+    with StubServer([("ok", "x")] * 4) as s:
+        emb = EmbeddedLlama(tmp_path / "m.gguf", alias="solver", prefix_cache="all")
+        client = OpenAICompatible("solver", s.base_url, request_fields=emb._fields)
+        monkeypatch.setattr(emb, "start", lambda: client)
+        driver = CachedModel(emb, tmp_path / "c.sqlite")
+        spec = describe_model(driver)
+        assert spec is not None and spec.prefix_cache == "all" and spec.cache_prompt
+        built = spec.build()
+        assert isinstance(built, CachedModel)
+        built.chat(msgs, Sampling(temperature=0.0, seed=1))
+        assert s.requests[-1]["cache_prompt"] is True
+        key = cache_key(emb.name, msgs, Sampling(temperature=0.0, seed=1), "all")
+        assert driver._get(key) is not None  # the actor's reply, under the driver's key
+        built.close()
+        driver.close()
+
+
 def test_a_fleet_and_a_lazily_served_model_are_described_for_the_actors():
     """The weight phase's solver is served on demand (rsft's _Lazy: resolve_model) and a
     fleet routes over several URLs: both must reach the actors (the GPU recipe uses both)."""

@@ -77,3 +77,13 @@ def test_a_backend_without_a_policy_keeps_the_default_keys(tmp_path):
     plain.chat(MSG, Sampling())
     default, inner = _cached(tmp_path, ["not asked"], "sampled")
     assert default.chat(MSG, Sampling()).text == "remote" and inner.calls == []
+
+
+def test_a_seed_outside_the_uint32_range_has_a_key_of_its_own(tmp_path):
+    """Such a seed was sent as llama.cpp read it before `wire_seed`; a reply cached then is not
+    the reply the same call gets now, so the key says how the seed is sent."""
+    from whale.models.base import SEED_SPACE
+
+    assert "wire_seed" not in Sampling(seed=SEED_SPACE - 1).key()
+    assert Sampling(seed=SEED_SPACE + 5).key()["wire_seed"] == 5
+    assert Sampling(seed=-1).key()["wire_seed"] == SEED_SPACE - 1

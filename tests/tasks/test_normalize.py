@@ -79,3 +79,8 @@ def test_folding_keeps_a_board_familys_questions_apart(family):
     a feedback question of the family "hold" a held-out one: EvalLeak on every corpus."""
     qs = ReasoningGymTask(family, size=200, seed=0).questions()
     assert len({fold_text(q.prompt) for q in qs}) == len({q.prompt for q in qs})
+
+
+def test_typographic_quotes_are_the_straight_ones():
+    assert normalize_prompt("Spell \u201cdog\u201d backwards, it\u2019s easy") == \
+        normalize_prompt('Spell "dog" backwards, it\'s easy')

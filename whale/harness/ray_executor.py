@@ -73,6 +73,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 from urllib.parse import urlparse
 
@@ -86,7 +87,7 @@ from whale.harness.ray_support import Reporting, Tally, descendants, start_reape
 from whale.harness.runtime import ExecutorUnavailable, Rollout, Runtime
 from whale.harness.sandbox import Sandbox
 from whale.harness.trajectory import Status, Trajectory
-from whale.models.base import ChatModel
+from whale.models.base import ChatModel, prefix_fields
 from whale.models.cache import CachedModel
 from whale.models.embedded import EmbeddedLlama
 from whale.models.fleet import Fleet
@@ -116,6 +117,11 @@ class ModelSpec:
     max_concurrency: int = 0
     probe_s: float = 5.0
     attempt_timeout_s: float = 0.0
+    # The driver's prefix policy (`ModelConfig.prefix_cache`): part of each call's cache key,
+    # and, for an embedded native llama-server (`cache_prompt`), sent with each call as the
+    # driver's own calls send it, so that an actor's reply is the one the driver would get.
+    prefix_cache: str = "sampled"
+    cache_prompt: bool = False
 
     def loopback(self) -> bool:
         urls = self.endpoints or (self.base_url,)
@@ -129,10 +135,13 @@ class ModelSpec:
                       probe_s=self.probe_s, token_ids=self.token_ids,
                       attempt_timeout_s=self.attempt_timeout_s)  # fmt: skip
         else:
+            fields = partial(prefix_fields, self.prefix_cache) if self.cache_prompt else None
             m = OpenAICompatible(self.model, self.base_url, api_key=self.api_key or "none",
                                  retries=self.retries, backoff_s=self.backoff_s,
-                                 timeout_s=self.timeout_s, token_ids=self.token_ids)  # fmt: skip
+                                 timeout_s=self.timeout_s, token_ids=self.token_ids,
+                                 request_fields=fields)  # fmt: skip
         m.name = self.name  # the same identity as the driver's backend
+        m.prefix_cache = self.prefix_cache  # read by CachedModel: the driver's keys
         return CachedModel(m, self.cache_path) if self.cache_path else m
 
 
@@ -171,6 +180,8 @@ def describe_model(model: ChatModel | None) -> ModelSpec | None:
         name=name, model=client.model, base_url=client.base_url, api_key=key,
         retries=client.retries, backoff_s=client.backoff_s, timeout_s=client.timeout_s,
         token_ids=client.token_ids, cache_path=cache_path,
+        prefix_cache=str(getattr(inner, "prefix_cache", "sampled")),
+        cache_prompt=client.request_fields is not None,
     )  # fmt: skip
 
 

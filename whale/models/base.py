@@ -61,6 +61,12 @@ def reuses_prefix(policy: str, sampling: Sampling) -> bool:
     return policy == "sampled" and sampling.temperature > 0
 
 
+def prefix_fields(policy: str, sampling: Sampling) -> dict[str, bool]:
+    """The native llama-server's per-request prompt cache switch under `policy` (its own
+    default is off)."""
+    return {"cache_prompt": reuses_prefix(policy, sampling)}
+
+
 def _number(x: Any) -> bool:
     return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
 
@@ -132,6 +138,9 @@ class Sampling:
             key["tools"] = self.tools
         if self.tool_choice is not None:
             key["tool_choice"] = self.tool_choice
+        if self.seed is not None and not 0 <= self.seed < SEED_SPACE:
+            # sent as wire_seed(seed) since that rule came in; before, as llama.cpp read it
+            key["wire_seed"] = wire_seed(self.seed)
         return key
 
 

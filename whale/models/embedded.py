@@ -77,6 +77,7 @@ from whale.models.base import (
     Sampling,
     crosses_seed_space,
     each,
+    prefix_fields,
     reuses_prefix,
     template_messages,
 )
@@ -301,8 +302,7 @@ class EmbeddedLlama:
                 time.sleep(_POLL_S)
 
     def _fields(self, sampling: Sampling) -> dict[str, bool]:
-        """The native server's per-request prompt cache switch (its default is off)."""
-        return {"cache_prompt": reuses_prefix(self.prefix_cache, sampling)}
+        return prefix_fields(self.prefix_cache, sampling)
 
     def _command(self, kind: str, port: int) -> list[str]:
         if kind == "native":

@@ -243,8 +243,14 @@ def normalize_prompt(text: str) -> str:
     as this did before, made the first 200 questions of rg:emoji_mystery, rg:modulo_grid and
     rg:rectangle_count one text each and rg:sokoban's eight (tests/tasks/test_normalize.py),
     and merged some in other families: "2+3" and "2*3" were one text.)"""
-    text = unicodedata.normalize("NFKC", text).casefold()
+    text = unicodedata.normalize("NFKC", text).casefold().translate(_STRAIGHT_QUOTES)
     return " ".join(text.split()).rstrip(".?!。？！ ")
+
+
+# Typographic quotes as the straight ones (NFKC leaves them): a data file's copy of a question
+# re-typed in an editor is the same question.
+_STRAIGHT_QUOTES = str.maketrans({c: "'" for c in "\u2018\u2019\u201a\u201b"}
+                                 | {c: '"' for c in "\u201c\u201d\u201e\u201f"})
 
 
 def fold_text(text: str) -> str:
