@@ -26,9 +26,18 @@ def test_symbols_emoji_and_boards_tell_questions_apart(a, b):
     ("emoji_mystery", 1), ("modulo_grid", 1), ("rectangle_count", 1), ("sokoban", 8),
 ])  # fmt: skip
 def test_a_reasoning_gym_family_keeps_its_questions_apart(family, old_distinct):
-    """The old rule made these 200 questions `old_distinct` texts; every distinct question
-    now stays one (task seed 0, the first 200)."""
+    """The old rule (every non-word character a space) made these 200 questions
+    `old_distinct` texts, the figures normalize_prompt's docstring quotes; every distinct
+    question now stays one (task seed 0, the first 200)."""
+    import re
+    import unicodedata
+
+    def old_rule(text):
+        text = unicodedata.normalize("NFKC", text).casefold()
+        return re.sub(r"\s+", " ", re.sub(r"[^\w\s]", " ", text)).strip()
+
     qs = ReasoningGymTask(family, size=200, seed=0).questions()
+    assert len({old_rule(q.prompt) for q in qs}) == old_distinct
     assert len({q.prompt for q in qs}) == len({normalize_prompt(q.prompt) for q in qs})
     assert len(dedupe(qs)) == len({q.prompt for q in qs}) > old_distinct
 

@@ -141,8 +141,9 @@ class ModelSpec:
                                  timeout_s=self.timeout_s, token_ids=self.token_ids,
                                  request_fields=fields)  # fmt: skip
         m.name = self.name  # the same identity as the driver's backend
-        m.prefix_cache = self.prefix_cache  # read by CachedModel: the driver's keys
-        return CachedModel(m, self.cache_path) if self.cache_path else m
+        if not self.cache_path:
+            return m
+        return CachedModel(m, self.cache_path, prefix_cache=self.prefix_cache)  # the driver's keys
 
 
 def describe_model(model: ChatModel | None) -> ModelSpec | None:

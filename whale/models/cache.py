@@ -44,7 +44,9 @@ def cache_key(
 
 
 class CachedModel:
-    def __init__(self, inner: ChatModel, path: str | Path) -> None:
+    def __init__(
+        self, inner: ChatModel, path: str | Path, prefix_cache: str | None = None
+    ) -> None:
         self.inner = inner
         self.name = inner.name
         self.path = Path(path)
@@ -57,9 +59,10 @@ class CachedModel:
         self._db.commit()
         self._lock = threading.Lock()
         self.hits = self.misses = 0
-        # The inner model's prefix policy (embedded servers; "sampled" for others, whose server
-        # side whale does not see), part of each call's key.
-        self._prefix_cache = str(getattr(inner, "prefix_cache", "sampled"))
+        # The prefix policy the calls are made under, part of each call's key: `prefix_cache`
+        # where given (a ray actor calling the driver's embedded server), else the inner
+        # model's (embedded servers; "sampled" for others, whose server side whale does not see).
+        self._prefix_cache = prefix_cache or str(getattr(inner, "prefix_cache", "sampled"))
 
     def chat(
         self, messages: list[Message], sampling: Sampling, timeout: float | None = None
