@@ -76,7 +76,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from whale.config import check_choices
-from whale.models.base import MAX_TEMPERATURE
+from whale.models.base import MAX_TEMPERATURE, ModelTimeout
 from whale.records import JsonlWriter, record_dir
 from whale.train.data import end_of_turn_id, template_ids
 from whale.train.precision import TrainDtype, keep_fp32, resolve, torch_dtype
@@ -120,6 +120,11 @@ class GRPOSettings:
     seed: int = 0
     gradient_checkpointing: bool = True  # TRL's default: memory for compute (~30% more)
     concurrency: int = 4  # requests in flight to the served model ("embedded")
+    # A sample whose call gets no reply in the server's time is asked again, with its seed (so
+    # the same sample), this many times before the update fails: one slow call on a busy
+    # machine should not cost the update's other samples. Connection and other errors are
+    # not retried here (the client already retries those).
+    generation_retries: int = 1
     dtype: TrainDtype = "auto"  # bf16 base weights where the hardware has bf16 units
 
     def validate(self) -> None:
@@ -129,6 +134,8 @@ class GRPOSettings:
                      "micro_batch", "threads", "concurrency"):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"grpo: {name} must be >= 1")
+        if self.generation_retries < 0:
+            raise ValueError("grpo: generation_retries must be >= 0")
         checks = [
             (self.g >= 2, "g must be >= 2 (advantages are relative to the group)"),
             ((self.contexts_per_update * self.g) % self.micro_batch == 0,
@@ -158,6 +165,7 @@ class UpdateStats:
     serve_s: float = 0.0  # part of generation_s: save + serve the adapter ("embedded")
     token_mismatches: int = 0  # rebuilt ids disagreeing with the server's count: masked out
     grad_norm: float | None = None  # before clipping, as TRL logs it
+    generation_retries: int = 0  # samples asked again after a timeout (generation_retries)
 
 
 def update_schedule(
@@ -183,6 +191,7 @@ class _Clock:
     reward_s: float = 0.0
     serve_s: float = 0.0
     mismatches: int = 0
+    retries: int = 0
     rewards: list[float] = field(default_factory=list)
     completion_tokens: int = 0
     grad_norm: float | None = None
@@ -289,15 +298,24 @@ def _make_rollout(
             if old != adapter:
                 shutil.rmtree(old, ignore_errors=True)
 
-        def one(i: int) -> Any:
+        def one(i: int) -> tuple[Any, int]:  # the completion, the times it was asked again
             seed = random.Random(f"{settings.seed}/{step}/{i}").getrandbits(31)
             grammar = (grammars or {}).get(prompts[i][-1]["content"])
             sampling = Sampling(settings.max_completion, settings.temperature, seed=seed,
                                 grammar=grammar)  # fmt: skip
-            return chat.chat(prompts[i], sampling)
+            for again in range(settings.generation_retries + 1):
+                try:
+                    return chat.chat(prompts[i], sampling), again
+                except ModelTimeout:
+                    if again == settings.generation_retries:
+                        raise
+            raise AssertionError("unreachable")
+
 
         with ThreadPoolExecutor(settings.concurrency) as pool:
-            completions = list(pool.map(one, range(len(prompts))))
+            done = list(pool.map(one, range(len(prompts))))
+        completions = [c for c, _ in done]
+        clock.retries += sum(a for _, a in done)
         rendered: dict[str, list[int]] = {}  # the G copies of a prompt are rendered once
         for p in prompts:
             if (key := json.dumps(p)) not in rendered:
@@ -371,6 +389,7 @@ def _classes() -> tuple[Any, Any]:
                 reward_std=statistics.pstdev(c.rewards) if c.rewards else math.nan,
                 rewards=list(c.rewards), completion_tokens=c.completion_tokens,
                 serve_s=c.serve_s, token_mismatches=c.mismatches, grad_norm=c.grad_norm,
+                generation_retries=c.retries,
             )  # fmt: skip
             text = json.dumps(asdict(row))
             (Path(args.output_dir) / f"checkpoint-{n}" / UPDATE_FILE).write_text(text)
@@ -383,7 +402,9 @@ def _classes() -> tuple[Any, Any]:
             self.say(f"grpo update {n}/{self.total}: reward {row.reward_mean:.3f} ± "
                      f"{row.reward_std:.3f}; generation {row.generation_s:.1f}s, reward "
                      f"{row.reward_s:.1f}s, gradient {row.gradient_s:.1f}s, "
-                     f"{row.token_mismatches} token mismatches")  # fmt: skip
+                     f"{row.token_mismatches} token mismatches"
+                     + (f", {row.generation_retries} samples asked again after a timeout"
+                        if row.generation_retries else ""))  # fmt: skip
 
     return Trainer, Recorder
 

@@ -98,6 +98,7 @@ class ProposerTrainConfig:
     # either way); where GRPO's vLLM server is; proposals asked for at once.
     budget_fields: ClassVar[frozenset[str]] = frozenset({"evaluate.only"})
     where_fields: ClassVar[frozenset[str]] = frozenset({"grpo.vllm_url", "grpo.vllm_model",
+                                                        "grpo.generation_retries",
                                                         "propose.concurrency"})  # fmt: skip
 
     families: FamilySplits = field(default_factory=_default_families)

@@ -1,0 +1,77 @@
+"""GRPO's embedded sampler asks a timed-out sample again, with its seed, `generation_retries`
+times: one slow call on a busy machine does not end the update (issue 26's run lost an update
+to one such call); a sample that keeps timing out still fails it, and the retries are counted."""
+
+import json
+import threading
+from types import SimpleNamespace
+
+import pytest
+
+from tests.fakes import ScriptedModel
+from tests.train.test_proposer_decoding import _Tokenizer, _Trainer
+from whale.models.base import ModelTimeout
+from whale.train.proposer import grpo as grpomod
+from whale.train.proposer.run import ProposerTrainConfig
+
+
+class _SlowAt(ScriptedModel):
+    """A ScriptedModel whose calls on one prompt time out their first `times` times."""
+
+    def __init__(self, prompt: str, times: int) -> None:
+        super().__init__(["answer"])
+        self.prompt, self.left = prompt, times
+        self._gate = threading.Lock()
+
+    def chat(self, messages, sampling, timeout=None):
+        with self._gate:
+            slow = messages[-1]["content"] == self.prompt and self.left > 0
+            self.left -= slow
+        if slow:
+            self.calls.append((messages, sampling))
+            raise ModelTimeout("no reply within 600.0 s")
+        return super().chat(messages, sampling, timeout)
+
+
+def _rollout(model, retries: int, clock, out):
+    settings = grpomod.GRPOSettings(generation="embedded", generation_retries=retries)
+    serving = SimpleNamespace(serve=lambda adapter: model)
+    return grpomod._make_rollout(serving, settings, out, _Tokenizer(), clock)
+
+
+MSGS = [[{"role": "user", "content": m}] for m in ("first prompt", "second prompt")]
+
+
+def test_a_timed_out_sample_is_asked_again_with_its_seed_and_counted(tmp_path):
+    model, clock = _SlowAt("second prompt", times=1), grpomod._Clock()
+    out = _rollout(model, 1, clock, tmp_path)(MSGS, _Trainer())
+    assert out["whale_text"] == ["answer", "answer"]
+    seeds = [s.seed for m, s in model.calls if m[-1]["content"] == "second prompt"]
+    assert len(seeds) == 2 and seeds[0] == seeds[1]  # the same sample, asked again
+    assert clock.retries == 1
+
+
+def test_a_sample_that_keeps_timing_out_still_fails_the_update(tmp_path):
+    model = _SlowAt("second prompt", times=2)
+    with pytest.raises(ModelTimeout):
+        _rollout(model, 1, grpomod._Clock(), tmp_path)(MSGS, _Trainer())
+
+
+def test_with_no_retries_the_first_timeout_fails_the_update(tmp_path):
+    model = _SlowAt("second prompt", times=1)
+    with pytest.raises(ModelTimeout):
+        _rollout(model, 0, grpomod._Clock(), tmp_path)(MSGS, _Trainer())
+
+
+def test_negative_retries_are_refused_and_a_resume_may_change_them():
+    with pytest.raises(ValueError, match="generation_retries"):
+        grpomod.GRPOSettings(generation_retries=-1).validate()
+    assert "grpo.generation_retries" in ProposerTrainConfig.where_fields
+
+
+def test_an_update_row_written_before_retries_were_counted_still_reads(tmp_path):
+    old = {"update": 1, "generation_s": 1.0, "reward_s": 1.0, "gradient_s": 1.0,
+           "reward_mean": 0.0, "reward_std": 0.0, "rewards": [0.0], "completion_tokens": 3}  # fmt: skip
+    (tmp_path / "rows.jsonl").write_text(json.dumps(old) + "\n")
+    (row,) = grpomod._read_rows(tmp_path / "rows.jsonl")
+    assert row.generation_retries == 0
