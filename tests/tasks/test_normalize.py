@@ -1,6 +1,8 @@
 """A question's identity (`normalize_prompt`) and the looser text a leak is searched in
 (`fold_text`). Folding every non-word character made whole Reasoning Gym families one question."""
 
+import json
+
 import pytest
 
 from whale.tasks.base import dedupe, fold_text, normalize_prompt
@@ -93,3 +95,47 @@ def test_folding_keeps_a_board_familys_questions_apart(family):
 def test_typographic_quotes_are_the_straight_ones():
     assert normalize_prompt("Spell \u201cdog\u201d backwards, it\u2019s easy") == \
         normalize_prompt('Spell "dog" backwards, it\'s easy')
+
+
+HELD = "How many times does the letter e appear in the text: élan vital + cheese?"
+
+
+@pytest.mark.parametrize("text", [
+    "Q: How many times does the letter e ap\u00adpear in the text: élan vital + cheese",  # soft hyphen
+    "Q: How many times does the let\u200bter e appear in the text: élan vital + cheese",  # ZWSP in a word
+    "Q: How many times does the letter e appear in the text: &eacute;lan vital &#43; cheese",
+    'Q: "How many times does the letter e appear in the text: \\u00e9lan vital \\x2b cheese"',
+    '{"content": "How many times does the letter e appear in the text:\\n\\u00e9lan vital + cheese"}',
+])  # fmt: skip
+def test_the_leak_check_sees_a_question_behind_a_soft_hyphen_an_entity_or_an_escape(text):
+    """The review's gaps, which the old rule had too: a soft hyphen or a zero-width space inside
+    a word split it; HTML entities and \\u, \\x escapes (JSON, repr) hid a letter or an
+    operator."""
+    from whale.train.proposer.contexts import EvalLeak, check_no_eval_text
+
+    with pytest.raises(EvalLeak):
+        check_no_eval_text([text], [fold_text(HELD)])
+
+
+def test_the_leak_check_sees_an_emoji_question_written_as_json_surrogate_escapes():
+    from whale.train.proposer.contexts import EvalLeak, check_no_eval_text
+
+    held = "Decode the hidden sentence: \U0001f436\U0001f431 and answer with it."
+    with pytest.raises(EvalLeak):
+        check_no_eval_text([json.dumps({"prompt": held})], [fold_text(held)])
+
+
+def test_the_leak_check_sees_a_question_that_holds_a_backslash_itself():
+    from whale.train.proposer.contexts import EvalLeak, check_no_eval_text
+
+    held = r"Reverse the string 'ab\ncd' character by character"
+    with pytest.raises(EvalLeak):
+        check_no_eval_text(["Q: " + held], [fold_text(held)])
+
+
+def test_undoing_escapes_does_not_make_another_question_match():
+    from whale.train.proposer.contexts import check_no_eval_text
+
+    held = "How many times does the letter e appear in the text: elan vital + cheese?"
+    check_no_eval_text(["Q: " + HELD, "Q: how many times does the letter \\u0065 appear"],
+                       [fold_text(held)])  # fmt: skip
