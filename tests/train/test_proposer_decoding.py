@@ -12,6 +12,7 @@ from whale import config as cfgmod
 from whale.records import RecordError
 from whale.revise.proposer import Proposer, ProposerConfig
 from whale.train.proposer import grpo as grpomod
+from whale.train.proposer import grpo_rollout as rollmod
 from whale.train.proposer import run as runmod
 from whale.train.proposer.contexts import Decoding, family_dir, family_of
 from whale.train.proposer.run import ProposerTrainConfig, check_stage_changes
@@ -61,9 +62,9 @@ def test_grpo_serves_each_context_the_grammar_evaluate_decodes_under(tmp_path):
     grammars = grpomod._grammars(prompts, grpomod.GRPOSettings(generation="embedded"), decoding,
                                  {"c1": SEED, "c2": other})  # fmt: skip
     served = ScriptedModel(["answer"])
-    rollout = grpomod._make_rollout(SimpleNamespace(serve=lambda adapter: served),
+    rollout = rollmod.make_rollout(SimpleNamespace(serve=lambda adapter: served),
                                     grpomod.GRPOSettings(generation="embedded"), tmp_path,
-                                    _Tokenizer(), grpomod._Clock(), grammars)  # fmt: skip
+                                    _Tokenizer(), rollmod.Clock(), grammars)  # fmt: skip
     msgs = [[{"role": "user", "content": m}] for _, m in prompts]
     rollout(msgs, _Trainer())
     by_prompt = {m[-1]["content"]: s.grammar for m, s in served.calls}

@@ -12,6 +12,7 @@ from tests.fakes import ScriptedModel
 from tests.train.test_proposer_decoding import _Tokenizer, _Trainer
 from whale.models.base import ModelTimeout
 from whale.train.proposer import grpo as grpomod
+from whale.train.proposer import grpo_rollout as rollmod
 from whale.train.proposer.run import ProposerTrainConfig
 
 
@@ -36,14 +37,14 @@ class _SlowAt(ScriptedModel):
 def _rollout(model, retries: int, clock, out):
     settings = grpomod.GRPOSettings(generation="embedded", generation_retries=retries)
     serving = SimpleNamespace(serve=lambda adapter: model)
-    return grpomod._make_rollout(serving, settings, out, _Tokenizer(), clock)
+    return rollmod.make_rollout(serving, settings, out, _Tokenizer(), clock)
 
 
 MSGS = [[{"role": "user", "content": m}] for m in ("first prompt", "second prompt")]
 
 
 def test_a_timed_out_sample_is_asked_again_with_its_seed_and_counted(tmp_path):
-    model, clock = _SlowAt("second prompt", times=1), grpomod._Clock()
+    model, clock = _SlowAt("second prompt", times=1), rollmod.Clock()
     out = _rollout(model, 1, clock, tmp_path)(MSGS, _Trainer())
     assert out["whale_text"] == ["answer", "answer"]
     seeds = [s.seed for m, s in model.calls if m[-1]["content"] == "second prompt"]
@@ -54,13 +55,13 @@ def test_a_timed_out_sample_is_asked_again_with_its_seed_and_counted(tmp_path):
 def test_a_sample_that_keeps_timing_out_still_fails_the_update(tmp_path):
     model = _SlowAt("second prompt", times=2)
     with pytest.raises(ModelTimeout):
-        _rollout(model, 1, grpomod._Clock(), tmp_path)(MSGS, _Trainer())
+        _rollout(model, 1, rollmod.Clock(), tmp_path)(MSGS, _Trainer())
 
 
 def test_with_no_retries_the_first_timeout_fails_the_update(tmp_path):
     model = _SlowAt("second prompt", times=1)
     with pytest.raises(ModelTimeout):
-        _rollout(model, 0, grpomod._Clock(), tmp_path)(MSGS, _Trainer())
+        _rollout(model, 0, rollmod.Clock(), tmp_path)(MSGS, _Trainer())
 
 
 def test_negative_retries_are_refused_and_a_resume_may_change_them():
@@ -75,3 +76,21 @@ def test_an_update_row_written_before_retries_were_counted_still_reads(tmp_path)
     (tmp_path / "rows.jsonl").write_text(json.dumps(old) + "\n")
     (row,) = grpomod._read_rows(tmp_path / "rows.jsonl")
     assert row.generation_retries == 0
+
+
+def test_a_run_saved_before_retries_existed_resumes_with_any_retries(tmp_path):
+    """`generation_retries` says how often a sample is asked again, not what is trained: it is
+    no part of the run's identity, so the Harness Learning run (grpo_run.json written before
+    the setting) resumes under the new code, with any value."""
+    prompts = [("c1", "first prompt")]
+
+    def identity(**kw):
+        return grpomod.run_identity(grpomod.GRPOSettings(**kw), "bf16", tmp_path / "ck", None,
+                                    prompts, None)  # fmt: skip
+
+    saved = identity()
+    assert "generation_retries" not in saved["settings"]  # as a run from before wrote it
+    (tmp_path / grpomod.RUN_FILE).write_text(json.dumps(saved))
+    grpomod._check_run(tmp_path, identity(generation_retries=3))
+    with pytest.raises(ValueError, match="'settings'"):
+        grpomod._check_run(tmp_path, identity(g=4))

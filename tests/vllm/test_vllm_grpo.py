@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 import whale.train.proposer.grpo as grpo
+import whale.train.proposer.grpo_rollout as rollout_mod
 from tests.vllm.conftest import LORA_RANK, VLLMServer
 from whale.train.sft import LoraSettings
 
@@ -31,7 +32,7 @@ def test_one_update_trains_on_the_ids_vllm_sampled(vllm_server: VLLMServer, vllm
 
     served: list[Any] = []  # the completions vLLM returned, in the order the rollout saw them
     batches: list[dict[str, Any]] = []  # what the rollout handed to TRL
-    real_ids, real_rollout = grpo._completion_ids, grpo._make_rollout
+    real_ids, real_rollout = rollout_mod.completion_ids, grpo.make_rollout
 
     def spy_ids(c: Any, tokenizer: Any, eot: int, limit: int | None = None
                 ) -> tuple[list[int], bool]:  # fmt: skip
@@ -48,8 +49,8 @@ def test_one_update_trains_on_the_ids_vllm_sampled(vllm_server: VLLMServer, vllm
 
         return wrapped
 
-    monkeypatch.setattr(grpo, "_completion_ids", spy_ids)
-    monkeypatch.setattr(grpo, "_make_rollout", spy_rollout)
+    monkeypatch.setattr(rollout_mod, "completion_ids", spy_ids)
+    monkeypatch.setattr(grpo, "make_rollout", spy_rollout)
     rewards: list[list[float]] = []
 
     def reward(contexts: Any, texts: Any) -> list[float]:

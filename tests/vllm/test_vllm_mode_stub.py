@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 import whale.train.proposer.grpo as grpo
+import whale.train.proposer.grpo_rollout as rollout_mod
 from tests.servers import StubServer
 from tests.tiny import make_tiny_model
 from whale.train.sft import LoraSettings
@@ -32,7 +33,7 @@ def test_vllm_generation_trains_on_the_servers_ids(tmp_path: Path,
     model = make_tiny_model(tmp_path / "tiny")
     eot = AutoTokenizer.from_pretrained(model).convert_tokens_to_ids("<|im_end|>")
     batches: list[dict[str, Any]] = []
-    real = grpo._make_rollout
+    real = grpo.make_rollout
 
     def spy(*a: Any, **kw: Any) -> Any:
         rollout = real(*a, **kw)
@@ -43,10 +44,11 @@ def test_vllm_generation_trains_on_the_servers_ids(tmp_path: Path,
 
         return wrapped
 
-    monkeypatch.setattr(grpo, "_make_rollout", spy)
+    monkeypatch.setattr(grpo, "make_rollout", spy)
     # The stub tokenizes every prompt as [7, 8, 9]: here the local template agrees with it (a
     # server with the same tokenizer and chat template); the test below covers a disagreement.
     monkeypatch.setattr(grpo, "template_ids", lambda tokenizer, prompt: [7, 8, 9])
+    monkeypatch.setattr(rollout_mod, "template_ids", lambda tokenizer, prompt: [7, 8, 9])
     texts = iter(["a", "bb", "ccc", "dddd"] * 10)  # the texts differ, the stub's ids do not
     with StubServer([("ok", next(texts)) for _ in range(12)]) as stub:
         settings = grpo.GRPOSettings(
@@ -94,9 +96,9 @@ def test_server_ids_that_are_not_this_tokenizers_tokens_are_not_trained_on() -> 
                                usage={"completion_tokens": n})  # fmt: skip
 
     tok, eot = Tok(), 3
-    assert grpo._completion_ids(c([10, 11]), tok, eot, 8) == ([10, 11, 3], True)
+    assert rollout_mod.completion_ids(c([10, 11]), tok, eot, 8) == ([10, 11, 3], True)
     for bad in ([-7, 10], [10, 10**12], [10] * 20, [1.5, 2]):
-        ids, ok = grpo._completion_ids(c(bad), tok, eot, 8)
+        ids, ok = rollout_mod.completion_ids(c(bad), tok, eot, 8)
         assert ids == [5, 5, 3] and ok  # rebuilt from the text, whose count agrees
-    ids, ok = grpo._completion_ids(c([-1], n=7), tok, eot, 8)
+    ids, ok = rollout_mod.completion_ids(c([-1], n=7), tok, eot, 8)
     assert not ok  # rebuilt, and the server's count disagrees: masked

@@ -70,16 +70,16 @@ import statistics
 import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from whale.config import check_choices
-from whale.models.base import MAX_TEMPERATURE, ModelTimeout
+from whale.models.base import MAX_TEMPERATURE
 from whale.records import JsonlWriter, record_dir
-from whale.train.data import end_of_turn_id, template_ids
+from whale.train.data import template_ids
 from whale.train.precision import TrainDtype, keep_fp32, resolve, torch_dtype
+from whale.train.proposer.grpo_rollout import Clock, make_rollout
 from whale.train.sft import LoraSettings
 
 if TYPE_CHECKING:
@@ -88,7 +88,9 @@ if TYPE_CHECKING:
 
 RewardFn = Callable[[Sequence[str], Sequence[str]], list[float]]
 GENERATIONS = ("trl", "embedded", "vllm")
-_WHERE = ("vllm_url", "vllm_model")  # where the rollouts run, not what is trained: resumable
+# Where the rollouts run and how often a timed-out one is asked again, not what is trained:
+# a resume may change them, and a run saved before one existed resumes.
+_WHERE = ("vllm_url", "vllm_model", "generation_retries")
 ROWS_FILE = "updates.jsonl"
 RUN_FILE = "grpo_run.json"
 UPDATE_FILE = "whale_update.json"  # the row of an update, kept inside its checkpoint
@@ -181,25 +183,6 @@ def update_schedule(
     return [flat[u * c : (u + 1) * c] for u in range(updates)]
 
 
-@dataclass
-class _Clock:
-    """What one update measured, filled by the wrappers, emptied at each checkpoint."""
-
-    start: float = 0.0
-    end: float = 0.0
-    generation_s: float = 0.0
-    reward_s: float = 0.0
-    serve_s: float = 0.0
-    mismatches: int = 0
-    retries: int = 0
-    rewards: list[float] = field(default_factory=list)
-    completion_tokens: int = 0
-    grad_norm: float | None = None
-
-    def reset(self) -> None:
-        self.__dict__.update(asdict(_Clock()), start=time.monotonic())
-
-
 # -- the run directory -------------------------------------------------------------------------
 def _read_rows(path: Path) -> list[UpdateStats]:
     lines = path.read_text().splitlines() if path.exists() else []
@@ -236,6 +219,26 @@ def _restore_rows(out: Path, resume: Path | None) -> list[UpdateStats]:
     return rows
 
 
+def run_identity(settings: GRPOSettings, dtype: str, checkpoint: Path,
+                 init_adapter: Path | None, prompts: Sequence[tuple[str, str]],
+                 grammars: Mapping[str, str] | None) -> dict[str, Any]:  # fmt: skip
+    """What `grpo_run.json` holds and a resume must match: every setting but `_WHERE`'s, the
+    dtype resolved ("auto" is bf16 on one machine, fp32 on another), base, init adapter,
+    prompts, and the grammars when on (a run made before the setting sampled without one)."""
+    run = {
+        "settings": {k: v for k, v in json.loads(json.dumps(asdict(settings))).items()
+                     if k not in (*_WHERE, "dtype")},  # fmt: skip
+        "dtype": dtype,
+        "checkpoint": str(Path(checkpoint).resolve()),
+        "init_adapter": str(Path(init_adapter).resolve()) if init_adapter else None,
+        "prompts": hashlib.sha256(json.dumps(list(prompts)).encode()).hexdigest()[:16],
+    }
+    if grammars:
+        run["grammars"] = hashlib.sha256(json.dumps(sorted(grammars.items())).encode()
+                                         ).hexdigest()[:16]  # fmt: skip
+    return run
+
+
 def _check_run(out: Path, run: dict[str, Any]) -> None:
     """A resumed run must be the same run: settings, base, init adapter, prompts and the
     dtype trained in (a run made before the setting existed trained in fp32)."""
@@ -248,98 +251,6 @@ def _check_run(out: Path, run: dict[str, Any]) -> None:
     path.write_text(json.dumps(run, indent=1))
 
 
-# -- embedded rollouts -------------------------------------------------------------------------
-def _completion_ids(c: Any, tokenizer: Any, eot: int,
-                    limit: int | None = None) -> tuple[list[int], bool]:  # fmt: skip
-    """The ids to train on for one served completion, and whether they are what was sampled:
-    the backend's own ids, or ids rebuilt from the text and checked against its count. A
-    server's ids are used only if each is a token of this tokenizer and there are at most
-    `limit` (+1 end of turn) of them; else they are ignored and the text is rebuilt (a
-    server that sends garbage ids must not put them, or an out-of-vocabulary index, into
-    the loss)."""
-    stop = c.finish_reason == "stop"
-    if c.token_ids is not None and _ids_ok(c.token_ids, len(tokenizer), limit):
-        ids = list(c.token_ids)
-        if stop and (not ids or ids[-1] not in (eot, tokenizer.eos_token_id)):
-            ids.append(eot)
-        return (ids or [eot]), bool(ids)
-    ids = list(tokenizer(c.text, add_special_tokens=False)["input_ids"])
-    counted = c.usage.get("completion_tokens")
-    if stop:
-        return [*ids, eot], counted in (len(ids), len(ids) + 1)
-    ok = c.finish_reason == "length" and counted == len(ids) and bool(ids)
-    return (ids or [eot]), ok  # an empty completion cannot be trained on: one masked token
-
-
-def _ids_ok(ids: Any, vocab: int, limit: int | None) -> bool:
-    return (isinstance(ids, list) and (limit is None or len(ids) <= limit + 1)
-            and all(type(i) is int and 0 <= i < vocab for i in ids))  # fmt: skip
-
-
-def _make_rollout(
-    serving: SolverServing, settings: GRPOSettings, out: Path, tokenizer: Any, clock: _Clock,
-    grammars: Mapping[str, str] | None = None,
-) -> Callable[[list[Any], Any], dict[str, Any]]:
-    """`grammars`: a prompt's message text -> the grammar its completions are decoded under
-    (none: free decoding)."""
-    from whale.models.base import Sampling
-
-    eot = end_of_turn_id(tokenizer)
-
-    def rollout(prompts: list[Any], trainer: Any) -> dict[str, Any]:
-        step = int(trainer.state.global_step)
-        t0 = time.monotonic()
-        adapter = out / "serving" / f"step_{step}"
-        shutil.rmtree(adapter, ignore_errors=True)
-        trainer.accelerator.unwrap_model(trainer.model).save_pretrained(str(adapter))
-        chat = serving.serve(adapter)
-        clock.serve_s += time.monotonic() - t0
-        for old in adapter.parent.glob("step_*"):
-            if old != adapter:
-                shutil.rmtree(old, ignore_errors=True)
-
-        def one(i: int) -> tuple[Any, int]:  # the completion, the times it was asked again
-            seed = random.Random(f"{settings.seed}/{step}/{i}").getrandbits(31)
-            grammar = (grammars or {}).get(prompts[i][-1]["content"])
-            sampling = Sampling(settings.max_completion, settings.temperature, seed=seed,
-                                grammar=grammar)  # fmt: skip
-            for again in range(settings.generation_retries + 1):
-                try:
-                    return chat.chat(prompts[i], sampling), again
-                except ModelTimeout:
-                    if again == settings.generation_retries:
-                        raise
-            raise AssertionError("unreachable")
-
-
-        with ThreadPoolExecutor(settings.concurrency) as pool:
-            done = list(pool.map(one, range(len(prompts))))
-        completions = [c for c, _ in done]
-        clock.retries += sum(a for _, a in done)
-        rendered: dict[str, list[int]] = {}  # the G copies of a prompt are rendered once
-        for p in prompts:
-            if (key := json.dumps(p)) not in rendered:
-                rendered[key] = template_ids(tokenizer, p)
-        pairs = [_completion_ids(c, tokenizer, eot, settings.max_completion) for c in completions]
-        # A prompt the server tokenized otherwise than the local template (another tokenizer
-        # or chat template) conditioned its completion on other ids: trained, it would not be
-        # what was sampled, so it is masked out like any mismatch.
-        ok = tuple(k and c.prompt_token_ids in (None, rendered[json.dumps(p)])
-                   for (_, k), c, p in zip(pairs, completions, prompts, strict=True))  # fmt: skip
-        ids = tuple(x for x, _ in pairs)
-        clock.mismatches += ok.count(False)
-        return {
-            # the local chat template's ids (the server's, where it sent them, are the same)
-            "prompt_ids": [rendered[json.dumps(p)] for p in prompts],
-            "completion_ids": list(ids),
-            "logprobs": None,
-            "env_mask": [[int(k)] * len(x) for x, k in zip(ids, ok, strict=True)],  # 1: trained
-            "whale_text": [c.text for c in completions],  # to the reward: the text as sampled
-        }
-
-    return rollout
-
-
 # -- TRL pieces, built on first use (heavy imports) -----------------------------------------
 @functools.cache
 def _classes() -> tuple[Any, Any]:
@@ -347,7 +258,7 @@ def _classes() -> tuple[Any, Any]:
     from trl import GRPOTrainer
 
     class Trainer(GRPOTrainer):  # type: ignore[misc]
-        whale_clock: _Clock
+        whale_clock: Clock
 
         def _generate(self, prompts: list[Any]) -> Any:
             t0 = time.monotonic()
@@ -366,7 +277,7 @@ def _classes() -> tuple[Any, Any]:
             return samples, self._get_num_items_in_batch(samples, device)
 
     class Recorder(TrainerCallback):  # type: ignore[misc]
-        def __init__(self, clock: _Clock, out: Path, total: int, say: Callable[[str], Any]):
+        def __init__(self, clock: Clock, out: Path, total: int, say: Callable[[str], Any]):
             self.clock, self.out, self.total, self.say = clock, out, total, say
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
@@ -409,7 +320,7 @@ def _classes() -> tuple[Any, Any]:
     return Trainer, Recorder
 
 
-def _reward_func(reward: RewardFn, clock: _Clock) -> Callable[..., list[float]]:
+def _reward_func(reward: RewardFn, clock: Clock) -> Callable[..., list[float]]:
     def proposer_reward(
         prompts: Any, completions: Any, completion_ids: Any, context: Any, **kw: Any
     ) -> list[float]:
@@ -499,19 +410,7 @@ def _train(
     out, checkpoint = Path(out), Path(checkpoint)
     record_dir(out)  # never a link (whale.records)
     dtype = resolve(settings.dtype)  # on CUDA where there is a device, as TRL trains
-    run = {
-        # `dtype` is recorded resolved (below): "auto" is bf16 on one machine, fp32 on another
-        "settings": {k: v for k, v in json.loads(json.dumps(asdict(settings))).items()
-                     if k not in (*_WHERE, "dtype")},  # fmt: skip
-        "dtype": dtype,
-        "checkpoint": str(checkpoint.resolve()),
-        "init_adapter": str(Path(init_adapter).resolve()) if init_adapter else None,
-        "prompts": hashlib.sha256(json.dumps(list(prompts)).encode()).hexdigest()[:16],
-    }
-    if grammars:  # only when on: a run made before the setting existed sampled without one
-        run["grammars"] = hashlib.sha256(json.dumps(sorted(grammars.items())).encode()
-                                         ).hexdigest()[:16]  # fmt: skip
-    _check_run(out, run)
+    _check_run(out, run_identity(settings, dtype, checkpoint, init_adapter, prompts, grammars))
     ckdir, final = out / "checkpoints", out / "adapter"
     resume = _last_checkpoint(ckdir)
     rows = _restore_rows(out, resume)
@@ -563,11 +462,11 @@ def _train(
         shuffle_dataset=False, gradient_checkpointing=settings.gradient_checkpointing,
         logging_steps=1, report_to=[], disable_tqdm=True, remove_unused_columns=False,
     )  # fmt: skip
-    clock = _Clock()
+    clock = Clock()
     trainer_cls, recorder_cls = _classes()
     rollout = None
     if serving is not None and settings.generation in ("embedded", "vllm"):
-        rollout = _make_rollout(serving, settings, out, tokenizer, clock, grammars)
+        rollout = make_rollout(serving, settings, out, tokenizer, clock, grammars)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*rollout_func.*experimental")
         trainer = trainer_cls(
