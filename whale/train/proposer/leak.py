@@ -47,9 +47,28 @@ def _leak_views(text: str) -> tuple[str, ...]:
     soft hyphen) as spaces, and deleted, because either can stand for nothing
     ("ques\u00adtion") or for a space ("17\u200bdivided"). The text as it is is a view too: a
     question may hold a backslash itself ("reverse 'a\\nb'")."""
-    plain = html.unescape(_pair_surrogates(_ESCAPES.sub(_unescape, text)))
-    bare = "".join(c for c in plain if unicodedata.category(c) != "Cf")
-    return tuple(dict.fromkeys(fold_text(t) for t in (text, plain, bare)))
+    views: list[str] = []
+    for plain in _decoded(text):
+        bare = "".join(c for c in plain if unicodedata.category(c) != "Cf")
+        views += (plain, bare)
+    return tuple(dict.fromkeys(fold_text(t) for t in views))
+
+
+def _decoded(text: str) -> list[str]:
+    """`text`, and it with one layer of escapes and entities undone, then another, up to
+    `_LEVELS`: the report shows a tool call's arguments, text that is already escaped (str()
+    of a dict, a JSON string), with repr() again. Bounded: each pass over "\\x5cx5c..." undoes
+    one escape and makes the next."""
+    out = [text]
+    for _ in range(_LEVELS):
+        plain = html.unescape(_pair_surrogates(_ESCAPES.sub(_unescape, out[-1])))
+        if plain == out[-1]:
+            break
+        out.append(plain)
+    return out
+
+
+_LEVELS = 3
 
 
 def _unescape(m: re.Match[str]) -> str:
