@@ -44,6 +44,15 @@ def test_escapes_and_entities_nested_a_few_levels_are_undone():
     assert _leaks("Q: What is 17 &amp;#43; 35 divided by two hundred?")  # an entity escaped
 
 
+def test_one_lone_surrogate_escape_does_not_unpair_the_others():
+    """Surrogate escapes were paired only if every one in the text had its other half: one lone
+    half anywhere (a JSON string cut between its two halves, or put there) hid an emoji
+    question written as JSON."""
+    held = "Decode the hidden sentence: \U0001f436\U0001f431 and answer with it."
+    assert _leaks(json.dumps({"prompt": held}), held)
+    assert _leaks(json.dumps({"prompt": held, "cut": "\ud83d"}), held)
+
+
 def test_a_question_holding_a_backslash_is_found_with_an_invisible_character_in_it():
     held = r"Reverse the string 'ab\ncd' character by character"
     assert _leaks("Q: Reverse the string 'ab\\ncd' char\u00adacter by character", held)

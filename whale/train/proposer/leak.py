@@ -80,12 +80,18 @@ def _unescape(m: re.Match[str]) -> str:
 
 def _pair_surrogates(text: str) -> str:
     """JSON writes an emoji as two escapes ("\\ud83d\\ude00"): undone one by one they are two
-    halves, made one character here (a text with a lone half is left as it is)."""
-    try:
-        return text.encode("utf-16", "surrogatepass").decode("utf-16")
-    except UnicodeDecodeError:
-        return text
+    halves, made one character here, pair by pair (a lone half elsewhere, a string cut
+    between its halves, leaves the others paired)."""
+    return _PAIR.sub(_paired, text) if _HALF.search(text) else text
 
+
+def _paired(m: re.Match[str]) -> str:
+    hi, lo = m.group()[0], m.group()[1]
+    return chr(0x10000 + ((ord(hi) - 0xD800) << 10) + (ord(lo) - 0xDC00))
+
+
+_HALF = re.compile("[\ud800-\udfff]")
+_PAIR = re.compile("[\ud800-\udbff][\udc00-\udfff]")
 
 _ESCAPES = re.compile(r"\\(?:([ntr'\"\\])|x([0-9a-fA-F]{2})|u([0-9a-fA-F]{4})|U([0-9a-fA-F]{8}))")
 _UNESCAPE = {"n": "\n", "t": "\t", "r": "\r", "'": "'", '"': '"', "\\": "\\"}
