@@ -53,9 +53,39 @@ def test_one_lone_surrogate_escape_does_not_unpair_the_others():
     assert _leaks(json.dumps({"prompt": held, "cut": "\ud83d"}), held)
 
 
+def test_invisible_characters_used_both_ways_in_one_text_are_seen_through():
+    """A zero-width space for a space and a soft hyphen for nothing, in one question: neither
+    the view with all of them as spaces nor the one with all deleted held it."""
+    assert _leaks("Q: What is 17 + 35\u200bdivided by two hun\u00addred?")
+    assert _leaks("Q: What\u200bis 17 + 35 di\u2060vided\u200b\u200bby two hundred")
+
+
+@pytest.mark.parametrize(
+    "mark", ["\x00", "\u034f", "\u3164", "\u115f", "\uffa0", "\u17b4", "\u180b"]
+)
+def test_other_default_ignorable_characters_are_invisible_too(mark):
+    """The combining grapheme joiner, the Hangul fillers and the like show nothing, as format
+    characters do, but are letters or marks: kept, they split a word or stood for a space."""
+    assert _leaks(f"Q: What is 17 + 35 div{mark}ided by two hundred?")
+    assert _leaks(f"Q: What is 17 + 35{mark}divided by two hundred?")
+
+
 def test_a_question_holding_a_backslash_is_found_with_an_invisible_character_in_it():
     held = r"Reverse the string 'ab\ncd' character by character"
     assert _leaks("Q: Reverse the string 'ab\\ncd' char\u00adacter by character", held)
+
+
+def test_seeing_through_invisibles_keeps_other_questions_apart():
+    """Invisible characters stand for a space or for nothing, never for a visible character:
+    "13 + 7" is not "3 + 7"; and variation selectors are not invisible here, since
+    rg:emoji_mystery writes its whole question in them (two such questions differ only there)."""
+    held = "What is 3 + 7? Answer with a number."
+    assert not _leaks("What is 13\u200b + 7? Answer with a number.", held)
+    assert not _leaks("What is 3 + 7\u00ad1? Answer with a number.", held)
+    assert _leaks("What is 3\u200b+\u00ad7? Answer\u200bwith a num\u00adber.", held)
+    a = "Decode the hidden sentence: \U0001f600\ufe01\ufe07\ufe03 and answer with it."
+    b = "Decode the hidden sentence: \U0001f600\ufe02\ufe05\ufe03 and answer with it."
+    assert not _leaks(a + "\u200b", b) and _leaks(b + "\u200b", b)
 
 
 def test_a_pathological_escape_chain_is_undone_a_bounded_number_of_times():
