@@ -94,3 +94,21 @@ def test_a_run_saved_before_retries_existed_resumes_with_any_retries(tmp_path):
     grpomod._check_run(tmp_path, identity(generation_retries=3))
     with pytest.raises(ValueError, match="'settings'"):
         grpomod._check_run(tmp_path, identity(g=4))
+
+
+def test_a_run_saved_while_retries_were_part_of_its_identity_resumes(tmp_path):
+    """4778e66 added the setting without putting it in `_WHERE`: a run it started recorded
+    `generation_retries` in grpo_run.json's settings, and the current identity, which leaves it
+    out, differed from it ("differs in ['settings']"). A where-field the saved run recorded
+    is left out of the comparison too."""
+    prompts = [("c1", "first prompt")]
+    now = grpomod.run_identity(grpomod.GRPOSettings(generation_retries=2), "bf16",
+                               tmp_path / "ck", None, prompts, None)  # fmt: skip
+    saved = json.loads(json.dumps(now))
+    saved["settings"]["generation_retries"] = 1  # as 4778e66 wrote it
+    (tmp_path / grpomod.RUN_FILE).write_text(json.dumps(saved))
+    grpomod._check_run(tmp_path, now)
+    saved["settings"]["g"] = 99  # a setting that defines the run still must match
+    (tmp_path / grpomod.RUN_FILE).write_text(json.dumps(saved))
+    with pytest.raises(ValueError, match="'settings'"):
+        grpomod._check_run(tmp_path, now)

@@ -241,10 +241,14 @@ def run_identity(settings: GRPOSettings, dtype: str, checkpoint: Path,
 
 def _check_run(out: Path, run: dict[str, Any]) -> None:
     """A resumed run must be the same run: settings, base, init adapter, prompts and the
-    dtype trained in (a run made before the setting existed trained in fp32)."""
+    dtype trained in (a run made before the setting existed trained in fp32). `_WHERE`'s
+    settings are compared on neither side: a run started at 4778e66 recorded
+    `generation_retries`, which a resume may change."""
     path = out / RUN_FILE
     saved = json.loads(path.read_text()) if path.exists() else run
     saved.setdefault("dtype", "fp32")
+    if isinstance(saved.get("settings"), dict):  # a where-field a run recorded (4778e66's)
+        saved["settings"] = {k: v for k, v in saved["settings"].items() if k not in _WHERE}
     if saved != run:
         diff = sorted(k for k in run if saved.get(k) != run[k])
         raise ValueError(f"{out} holds a different GRPO run (differs in {diff})")
