@@ -14,14 +14,24 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from whale.models.base import ModelTimeout, Sampling
 from whale.train.data import end_of_turn_id, template_ids
 
 if TYPE_CHECKING:
-    from whale.train.proposer.grpo import GRPOSettings
     from whale.train.serving import SolverServing
+
+
+class SamplerSettings(Protocol):
+    """What the sampler reads of `grpo.GRPOSettings` (a seam, so this module does not import
+    grpo, which imports it)."""
+
+    seed: int
+    max_completion: int
+    temperature: float
+    generation_retries: int
+    concurrency: int
 
 
 @dataclass
@@ -72,7 +82,7 @@ def _ids_ok(ids: Any, vocab: int, limit: int | None) -> bool:
 
 
 def make_rollout(
-    serving: SolverServing, settings: GRPOSettings, out: Path, tokenizer: Any, clock: Clock,
+    serving: SolverServing, settings: SamplerSettings, out: Path, tokenizer: Any, clock: Clock,
     grammars: Mapping[str, str] | None = None,
 ) -> Callable[[list[Any], Any], dict[str, Any]]:
     """`grammars`: a prompt's message text -> the grammar its completions are decoded under
