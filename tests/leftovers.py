@@ -1,9 +1,14 @@
 """Run after the test suite (`make test`): exit 1, naming them, if a process of a whale sandbox
 uid, a llama.cpp server, a tools process (whale.harness.tools) or a process of a Ray cluster
-(raylet, gcs_server, an actor) is still alive. Nothing a run or a test started may outlive it."""
+(raylet, gcs_server, an actor) is still alive. Nothing a run or a test started may outlive it.
+
+`--outside PID` (repeatable): processes descended from PID are not the suite's (a long run
+started beside it, such as `whale experiment run`); they are listed apart and do not fail the
+check. A leftover of the suite is an orphan or a descendant of something else."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import time
@@ -25,13 +30,46 @@ def servers() -> list[str]:
     return found
 
 
-def main() -> int:
+def ancestors(pid: int) -> list[int]:
+    """`pid`'s parent, its parent, ... up to init (a process gone on the way ends the list)."""
+    out: list[int] = []
+    while pid > 1:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])  # the name may hold ")"
+        except (OSError, ValueError, IndexError):
+            break
+        out.append(pid)
+    return out
+
+
+def _pid(line: str) -> int:
+    """The process id a line of `leftovers()` ("pid N ...") or `servers()` ("N ...") names."""
+    words = line.split()
+    return int(words[1] if words[0] == "pid" else words[0])
+
+
+def split_outside(lines: list[str], roots: set[int]) -> tuple[list[str], list[str]]:
+    """(the suite's lines, the lines of processes that are `roots` or descend from one)."""
+    outside = [x for x in lines if roots & {_pid(x), *ancestors(_pid(x))}]
+    return [x for x in lines if x not in outside], outside
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tests.leftovers")
+    ap.add_argument("--outside", type=int, action="append", default=[], metavar="PID",
+                    help="a process tree that is not the suite's (repeatable)")
+    roots = set(ap.parse_args(argv).outside)
     for _ in range(10):  # a server killed at exit may take a moment to be reaped
-        left = leftovers() + servers()
+        left, outside = split_outside(leftovers() + servers(), roots)
         if not left:
-            print("leftovers: none (no whale sandbox uid process, no llama.cpp server, no Ray)")
-            return 0
+            break
         time.sleep(0.5)
+    if outside:
+        print(f"not the suite's (descended from {sorted(roots)}):", *outside, sep="\n  ")
+    if not left:
+        print("leftovers: none (no whale sandbox uid process, no llama.cpp server, no Ray)")
+        return 0
     print("leftovers after the test suite:", *left, sep="\n  ")
     return 1
 
