@@ -17,6 +17,7 @@ from whale.experiments import StepChanged, run_experiment
 from whale.experiments import runner as runmod
 from whale.experiments.records import read_step, whale_commit
 from whale.experiments.spec import check_references, load_spec, resolve
+from whale.models.base import ModelError, ModelTimeout, ModelUnreachable
 
 EXP = """
 name = "demo"
@@ -381,3 +382,65 @@ def test_a_running_steps_wall_time_reaches_its_record_before_it_ends(tmp_path, m
     assert all(0.2 <= w <= 0.45 for _, w in seen), seen
     final = read_step((runs / "demo" / "small").resolve(), "first")
     assert final.state == "finished" and final.wall_s >= 0.4  # type: ignore[union-attr]
+
+
+# --- transient model errors ---------------------------------------------------------------------
+
+
+def _transient_fake(monkeypatch, fail_at: set[int], exc: BaseException) -> list[str]:
+    calls: list[str] = []
+
+    def run_step(step, step_dir, fields, say):
+        calls.append(step.name)
+        step_dir.mkdir(parents=True, exist_ok=True)
+        if len(calls) in fail_at:
+            raise exc
+        return {"dir": str(step_dir)}
+
+    monkeypatch.setattr(runmod, "run_step", run_step)
+    monkeypatch.setattr(runmod, "RETRY_PAUSE_S", 0.0)
+    return calls
+
+
+def test_a_step_stopped_by_a_model_timeout_is_resumed_and_the_stop_recorded(tmp_path, monkeypatch):
+    """Issue 26's run lost its GRPO step to one call that got no reply in 600 s on a busy
+    machine: the step is resumed in the same invocation, and its record keeps the stop."""
+    calls = _transient_fake(monkeypatch, {1}, ModelTimeout("m at x: no reply within 600.0 s"))
+    said: list[str] = []
+    exp = run_experiment(write(tmp_path), tmp_path / "runs", say=said.append)
+    assert calls == ["first", "first", "second"]
+    rec = read_step(exp.root, "first")
+    assert rec.state == "finished" and len(rec.transient) == 1
+    assert "ModelTimeout" in rec.transient[0] and any("resumed in" in s for s in said)
+
+
+def test_a_wrapped_unreachable_server_counts_and_retries_run_out(tmp_path, monkeypatch):
+    try:
+        try:
+            raise ModelUnreachable("cannot reach the model server")
+        except ModelUnreachable as inner:
+            raise RuntimeError("the proposer step failed") from inner
+    except RuntimeError as e:
+        wrapped = e
+    calls = _transient_fake(monkeypatch, {1, 2, 3}, wrapped)
+    with pytest.raises(RuntimeError, match="proposer step failed"):
+        run_experiment(write(tmp_path), tmp_path / "runs", retries=2)
+    assert calls == ["first"] * 3
+    assert len(read_step(tmp_path / "runs" / "demo" / "small", "first").transient) == 2
+
+
+@pytest.mark.parametrize("exc", [ValueError("a wrong config"), ModelError("HTTP 400")])
+def test_any_other_error_stops_the_runner_at_once(tmp_path, monkeypatch, exc):
+    calls = _transient_fake(monkeypatch, {1}, exc)
+    with pytest.raises(type(exc)):
+        run_experiment(write(tmp_path), tmp_path / "runs")
+    assert calls == ["first"]
+
+
+def test_the_command_passes_retries_and_refuses_a_negative_count(tmp_path, monkeypatch):
+    calls = _transient_fake(monkeypatch, {1}, ModelTimeout("no reply"))
+    r = CliRunner().invoke(app, ["experiment", "run", str(write(tmp_path)), "--runs",
+                                 str(tmp_path / "runs"), "--retries", "0"])  # fmt: skip
+    assert r.exit_code != 0 and calls == ["first"]
+    r = CliRunner().invoke(app, ["experiment", "run", str(write(tmp_path)), "--retries", "-1"])
+    assert r.exit_code == 2

@@ -41,6 +41,9 @@ def _again(directory: Path, runs: Path | None, scale: str) -> str:
 
 @experiment_app.command("run")
 def run_cmd(directory: Path = _DIR, runs: Path = _RUNS, scale: str = _SCALE,
+            retries: int = typer.Option(2, "--retries", min=0,
+                                        help="times a step stopped by a model call that got no "
+                                        "reply or found no server is resumed"),
             as_json: bool = JSON) -> None:  # fmt: skip
     """Run the experiment's steps in order: a finished step is skipped, a started one resumed
     through its operator's resume; a step whose config changed since it started is refused."""
@@ -48,7 +51,7 @@ def run_cmd(directory: Path = _DIR, runs: Path = _RUNS, scale: str = _SCALE,
     from whale.models import ModelError
     from whale.records import RecordError
 
-    result = call(lambda: run_experiment(directory, runs, scale, say),
+    result = call(lambda: run_experiment(directory, runs, scale, say, retries),
                   lambda d: _again(directory, runs, scale),
                   also=(RecordError, ModelError, OSError))  # fmt: skip
     if as_json:

@@ -46,6 +46,8 @@ class StepRecord:
     # step -> identity (`identity`) of each earlier step whose folder it reads ("{STEP.dir}"),
     # as they were when it started: a path is the same after that step was run anew
     inputs: dict[str, str] = field(default_factory=dict)
+    # each transient model error that stopped the step and after which it was resumed (runner)
+    transient: list[str] = field(default_factory=list)
 
 
 def identity(rec: StepRecord) -> str:
@@ -71,7 +73,8 @@ def read_step(root: Path, name: str) -> StepRecord | None:
     except TypeError as e:
         raise RecordError(f"{path}: not a step record ({e})") from None
     if rec.state not in STATES or rec.step != name or not isinstance(rec.config, dict) or \
-            not isinstance(rec.outputs, dict) or not isinstance(rec.inputs, dict):  # fmt: skip
+            not isinstance(rec.outputs, dict) or not isinstance(rec.inputs, dict) or \
+            not isinstance(rec.transient, list):  # fmt: skip
         raise RecordError(f"{path}: not a step record of {name!r}")
     return rec
 

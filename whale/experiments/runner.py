@@ -13,9 +13,13 @@
 
 A killed or interrupted runner, run again, skips what finished and resumes the step it was in
 through that operator's own resume, so nothing paid is paid twice (whale.experiments.steps says
-which kinds restart and why). Ctrl-C and SIGTERM stop the step in progress as they stop the
-command itself; its record stays `started`. Two runners on one experiment and scale are
-refused (the scale folder is locked).
+which kinds restart and why). A step stopped by a model call that got no reply in time or could
+not reach its server (`ModelTimeout`, `ModelUnreachable`, anywhere in the error's chain: a
+busy or restarting server, not a wrong config) is resumed so in the same invocation, up to
+`retries` times, after `RETRY_PAUSE_S`; each such stop is kept in the step's record
+(`transient`). Any other error stops the runner. Ctrl-C and SIGTERM stop the step in progress
+as they stop the command itself; its record stays `started`. Two runners on one experiment
+and scale are refused (the scale folder is locked).
 """
 
 from __future__ import annotations
@@ -50,10 +54,13 @@ from whale.experiments.spec import (
     step_config,
 )
 from whale.experiments.steps import run_step, started
+from whale.models.base import ModelTimeout, ModelUnreachable
 from whale.runs import ResumeMismatch, changed_fields, hold_run_dir
 
 DEFAULT_RUNS = "~/whale-runs/experiments"
 HEARTBEAT_S = 60.0  # how often a running step's wall time is written to its record
+RETRY_PAUSE_S = 30.0  # before a step stopped by a transient model error is resumed
+TRANSIENT = (ModelTimeout, ModelUnreachable)
 Say = Callable[[str], None]
 
 
@@ -80,10 +87,14 @@ def scale_root(spec: Spec, runs: str | Path | None) -> Path:
 
 
 def run_experiment(directory: str | Path, runs: str | Path | None = None,
-                   scale: str = BASE_SCALE, say: Say = _quiet) -> Experiment:  # fmt: skip
+                   scale: str = BASE_SCALE, say: Say = _quiet,
+                   retries: int = 2) -> Experiment:  # fmt: skip
     """Run (or continue) the experiment in `directory` at `scale`; ROOT is `runs` (default
-    ~/whale-runs/experiments). Refusals are WhaleErrors; Ctrl-C raises RunInterrupted naming
-    the step's run directory."""
+    ~/whale-runs/experiments). A step stopped by a transient model error is resumed up to
+    `retries` times (module docstring). Refusals are WhaleErrors; Ctrl-C raises RunInterrupted
+    naming the step's run directory."""
+    if retries < 0:
+        raise ValueError(f"retries must be >= 0, not {retries}")
     spec = load_spec(directory, scale)
     check_references(spec)
     root = scale_root(spec, runs)
@@ -114,7 +125,8 @@ def run_experiment(directory: str | Path, runs: str | Path | None = None,
             say(f"step {i}/{len(spec.steps)} {step.name} ({step.kind}): {action} in {step_dir}")
             record = _begin(root, step, config, record, inputs)
             runs_of[step.name] = identity(record)
-            outputs[step.name] = _run_timed(root, record, step, step_dir, fields, say)
+            outputs[step.name] = _run_retrying(root, record, step, step_dir, fields, say,
+                                               retries)  # fmt: skip
             result.steps.append(_row(record, step_dir, action))
     finally:
         lock.release()
@@ -161,6 +173,35 @@ def _begin(root: Path, step: Step, config: dict[str, Any], record: StepRecord | 
         record.commits.append(commit)
     write_step(root, record)  # before the step runs: a rerun knows it was started
     return record
+
+
+def _run_retrying(root: Path, record: StepRecord, step: Step, step_dir: Path,
+                  fields: dict[str, Any], say: Say, retries: int) -> dict[str, Any]:  # fmt: skip
+    """`_run_timed`, the step resumed after a transient model error, `retries` times."""
+    for attempt in range(retries + 1):
+        try:
+            return _run_timed(root, record, step, step_dir, fields, say)
+        except Exception as e:
+            if attempt == retries or not _transient(e):
+                raise
+            record.transient.append(f"{now()} {type(e).__name__}: {str(e)[:300]}")
+            write_step(root, record)
+            say(f"step {step.name}: {type(e).__name__}: {e}; resumed in {RETRY_PAUSE_S:g} s "
+                f"({attempt + 1} of {retries})")  # fmt: skip
+            time.sleep(RETRY_PAUSE_S)
+    raise AssertionError("unreachable")
+
+
+def _transient(e: BaseException) -> bool:
+    """Whether `e`, or an error it was raised from or during, is a transient model error."""
+    seen: set[int] = set()
+    cur: BaseException | None = e
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, TRANSIENT):
+            return True
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return False
 
 
 def _run_timed(root: Path, record: StepRecord, step: Step, step_dir: Path,
