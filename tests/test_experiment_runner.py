@@ -444,3 +444,22 @@ def test_the_command_passes_retries_and_refuses_a_negative_count(tmp_path, monke
     assert r.exit_code != 0 and calls == ["first"]
     r = CliRunner().invoke(app, ["experiment", "run", str(write(tmp_path)), "--retries", "-1"])
     assert r.exit_code == 2
+
+
+def test_an_error_raised_from_none_over_a_transient_one_is_not_retried(tmp_path, monkeypatch):
+    """`raise X from None` says X is not about the error it was raised during (an embedded
+    server that died under a call is a ModelError "from None" over the ModelUnreachable the
+    call saw): as Python's own traceback does, the runner does not look behind it."""
+    try:
+        try:
+            raise ModelUnreachable("cannot reach the model server at http://127.0.0.1:1")
+        except ModelUnreachable:
+            raise ModelError("llama.cpp server exited (-9) during the call") from None
+    except ModelError as e:
+        suppressed = e
+    calls = _transient_fake(monkeypatch, {1}, suppressed)
+    with pytest.raises(ModelError, match="exited"):
+        run_experiment(write(tmp_path), tmp_path / "runs")
+    assert calls == ["first"]
+    assert read_step(tmp_path / "runs" / "demo" / "small", "first").transient == []
+

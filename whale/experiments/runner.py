@@ -193,14 +193,22 @@ def _run_retrying(root: Path, record: StepRecord, step: Step, step_dir: Path,
 
 
 def _transient(e: BaseException) -> bool:
-    """Whether `e`, or an error it was raised from or during, is a transient model error."""
+    """Whether `e`, or an error it was raised from or during, is a transient model error. The
+    chain is walked as Python's traceback shows it: an error raised `from None` hides the one
+    it was raised during (its author said it is not about it: an embedded server that died
+    under a call is a ModelError so, not the ModelUnreachable the call saw)."""
     seen: set[int] = set()
     cur: BaseException | None = e
     while cur is not None and id(cur) not in seen:
         if isinstance(cur, TRANSIENT):
             return True
         seen.add(id(cur))
-        cur = cur.__cause__ or cur.__context__
+        if cur.__cause__ is not None:
+            cur = cur.__cause__
+        elif cur.__suppress_context__:
+            return False
+        else:
+            cur = cur.__context__
     return False
 
 
