@@ -5,7 +5,9 @@ changed config, and the command's exits."""
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from typer.testing import CliRunner
@@ -462,4 +464,28 @@ def test_an_error_raised_from_none_over_a_transient_one_is_not_retried(tmp_path,
         run_experiment(write(tmp_path), tmp_path / "runs")
     assert calls == ["first"]
     assert read_step(tmp_path / "runs" / "demo" / "small", "first").transient == []
+
+
+
+def test_ctrl_c_in_the_retry_pause_is_a_run_interrupted_naming_the_step(tmp_path, monkeypatch):
+    """The pause is part of the step: Ctrl-C there exits 130 saying how to continue, like
+    Ctrl-C in the step, not "stopped before any rollout was recorded"."""
+    from whale.errors import RunInterrupted
+
+    calls = _transient_fake(monkeypatch, {1, 2}, ModelTimeout("no reply"))  # API, then CLI
+
+    def ctrl_c(_: float) -> None:
+        raise KeyboardInterrupt
+
+    # the runner's own time.sleep only (subprocess waits through the module's sleep)
+    monkeypatch.setattr(runmod, "time", SimpleNamespace(sleep=ctrl_c, monotonic=time.monotonic))
+    with pytest.raises(RunInterrupted) as e:
+        run_experiment(write(tmp_path), tmp_path / "runs")
+    assert e.value.run_dir == tmp_path / "runs" / "demo" / "small" / "first"
+    d = write(tmp_path)
+    r = CliRunner().invoke(app, ["experiment", "run", str(d), "--runs", str(tmp_path / "r")])
+    assert r.exit_code == 130 and "before any rollout" not in r.output
+    assert f"whale experiment run {d} --scale small --runs {tmp_path / 'r'}" in \
+        " ".join(r.output.split())  # fmt: skip
+    assert calls == ["first", "first"]
 

@@ -177,7 +177,10 @@ def _begin(root: Path, step: Step, config: dict[str, Any], record: StepRecord | 
 
 def _run_retrying(root: Path, record: StepRecord, step: Step, step_dir: Path,
                   fields: dict[str, Any], say: Say, retries: int) -> dict[str, Any]:  # fmt: skip
-    """`_run_timed`, the step resumed after a transient model error, `retries` times."""
+    """`_run_timed`, the step resumed after a transient model error, `retries` times. Ctrl-C
+    in the pause between is Ctrl-C in the step: RunInterrupted naming its directory."""
+    from whale.errors import RunInterrupted
+
     for attempt in range(retries + 1):
         try:
             return _run_timed(root, record, step, step_dir, fields, say)
@@ -188,7 +191,12 @@ def _run_retrying(root: Path, record: StepRecord, step: Step, step_dir: Path,
             write_step(root, record)
             say(f"step {step.name}: {type(e).__name__}: {e}; resumed in {RETRY_PAUSE_S:g} s "
                 f"({attempt + 1} of {retries})")  # fmt: skip
+        try:
             time.sleep(RETRY_PAUSE_S)
+        except KeyboardInterrupt as e:
+            if isinstance(e, RunInterrupted):
+                raise
+            raise RunInterrupted(step_dir) from None
     raise AssertionError("unreachable")
 
 
