@@ -489,3 +489,29 @@ def test_ctrl_c_in_the_retry_pause_is_a_run_interrupted_naming_the_step(tmp_path
         " ".join(r.output.split())  # fmt: skip
     assert calls == ["first", "first"]
 
+
+
+class _Unprintable(RuntimeError):
+    def __str__(self) -> str:
+        raise ValueError("str() of this error fails")
+
+
+def test_the_record_names_the_transient_error_and_a_bad_message_does_not_end_the_run(
+        tmp_path, monkeypatch):  # fmt: skip
+    """The record keeps the transient error of the chain (a wrapper's message alone does not
+    say it was a timeout); an enormous message is cut, and one whose str() raises is named."""
+    try:
+        try:
+            raise ModelUnreachable("cannot reach the model server " + "x" * 100_000)
+        except ModelUnreachable as inner:
+            raise _Unprintable() from inner
+    except RuntimeError as e:
+        wrapped = e
+    _transient_fake(monkeypatch, {1}, wrapped)
+    said: list[str] = []
+    exp = run_experiment(write(tmp_path), tmp_path / "runs", say=said.append)
+    rec = read_step(exp.root, "first")
+    assert rec.state == "finished" and len(rec.transient) == 1  # type: ignore[union-attr]
+    assert "ModelUnreachable: cannot reach" in rec.transient[0]  # type: ignore[union-attr]
+    assert len(rec.transient[0]) < 1000 and max(map(len, said)) < 2000  # type: ignore[union-attr]
+

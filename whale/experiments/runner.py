@@ -185,11 +185,13 @@ def _run_retrying(root: Path, record: StepRecord, step: Step, step_dir: Path,
         try:
             return _run_timed(root, record, step, step_dir, fields, say)
         except Exception as e:
-            if attempt == retries or not _transient(e):
+            cause = _transient(e)
+            if attempt == retries or cause is None:
                 raise
-            record.transient.append(f"{now()} {type(e).__name__}: {str(e)[:300]}")
+            why = _told(cause) if cause is e else f"{_told(e)} (from {_told(cause)})"
+            record.transient.append(f"{now()} {why}")
             write_step(root, record)
-            say(f"step {step.name}: {type(e).__name__}: {e}; resumed in {RETRY_PAUSE_S:g} s "
+            say(f"step {step.name}: {why}; resumed in {RETRY_PAUSE_S:g} s "
                 f"({attempt + 1} of {retries})")  # fmt: skip
         try:
             time.sleep(RETRY_PAUSE_S)
@@ -200,24 +202,36 @@ def _run_retrying(root: Path, record: StepRecord, step: Step, step_dir: Path,
     raise AssertionError("unreachable")
 
 
-def _transient(e: BaseException) -> bool:
-    """Whether `e`, or an error it was raised from or during, is a transient model error. The
-    chain is walked as Python's traceback shows it: an error raised `from None` hides the one
-    it was raised during (its author said it is not about it: an embedded server that died
+def _told(e: BaseException, most: int = 300) -> str:
+    """`Type: message`, the message cut to `most` characters; one whose str() fails is
+    named so (a broken error must not end the run in its place)."""
+    try:
+        text = str(e)
+    except Exception as broken:  # any failure of a foreign __str__
+        text = f"<str() failed: {type(broken).__name__}>"
+    if len(text) > most:
+        text = text[:most] + f"... ({len(text) - most} more characters)"
+    return f"{type(e).__name__}: {text}"
+
+
+def _transient(e: BaseException) -> BaseException | None:
+    """The transient model error `e` is, or was raised from or during, else None. The chain
+    is walked as Python's traceback shows it: an error raised `from None` hides the one it
+    was raised during (its author said it is not about it: an embedded server that died
     under a call is a ModelError so, not the ModelUnreachable the call saw)."""
     seen: set[int] = set()
     cur: BaseException | None = e
     while cur is not None and id(cur) not in seen:
         if isinstance(cur, TRANSIENT):
-            return True
+            return cur
         seen.add(id(cur))
         if cur.__cause__ is not None:
             cur = cur.__cause__
         elif cur.__suppress_context__:
-            return False
+            return None
         else:
             cur = cur.__context__
-    return False
+    return None
 
 
 def _run_timed(root: Path, record: StepRecord, step: Step, step_dir: Path,
