@@ -466,7 +466,6 @@ def test_an_error_raised_from_none_over_a_transient_one_is_not_retried(tmp_path,
     assert read_step(tmp_path / "runs" / "demo" / "small", "first").transient == []
 
 
-
 def test_ctrl_c_in_the_retry_pause_is_a_run_interrupted_naming_the_step(tmp_path, monkeypatch):
     """The pause is part of the step: Ctrl-C there exits 130 saying how to continue, like
     Ctrl-C in the step, not "stopped before any rollout was recorded"."""
@@ -488,7 +487,6 @@ def test_ctrl_c_in_the_retry_pause_is_a_run_interrupted_naming_the_step(tmp_path
     assert f"whale experiment run {d} --scale small --runs {tmp_path / 'r'}" in \
         " ".join(r.output.split())  # fmt: skip
     assert calls == ["first", "first"]
-
 
 
 class _Unprintable(RuntimeError):
@@ -515,3 +513,24 @@ def test_the_record_names_the_transient_error_and_a_bad_message_does_not_end_the
     assert "ModelUnreachable: cannot reach" in rec.transient[0]  # type: ignore[union-attr]
     assert len(rec.transient[0]) < 1000 and max(map(len, said)) < 2000  # type: ignore[union-attr]
 
+
+@pytest.mark.parametrize("bad", [[1, 2], [{"at": "x"}], [None]])
+def test_a_transient_list_that_is_not_strings_is_not_a_step_record(tmp_path, fake, bad):
+    from whale.records import RecordError
+
+    exp = run_experiment(write(tmp_path), tmp_path / "runs")
+    path = exp.root / "_steps" / "first.json"
+    raw = json.loads(path.read_text())
+    path.write_text(json.dumps({**raw, "transient": bad}))
+    with pytest.raises(RecordError, match="not a step record"):
+        read_step(exp.root, "first")
+
+
+def test_a_record_without_transient_stops_is_readable_by_a_whale_from_before_them(
+        tmp_path, fake):  # fmt: skip
+    """A whale before 333f8e1 builds StepRecord(**raw) and refuses any key it does not know:
+    a step no transient error stopped is written without the key, so it still reads there."""
+    exp = run_experiment(write(tmp_path), tmp_path / "runs")
+    raw = json.loads((exp.root / "_steps" / "first.json").read_text())
+    assert "transient" not in raw
+    assert read_step(exp.root, "first").transient == []  # type: ignore[union-attr]

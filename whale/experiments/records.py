@@ -74,14 +74,20 @@ def read_step(root: Path, name: str) -> StepRecord | None:
         raise RecordError(f"{path}: not a step record ({e})") from None
     if rec.state not in STATES or rec.step != name or not isinstance(rec.config, dict) or \
             not isinstance(rec.outputs, dict) or not isinstance(rec.inputs, dict) or \
-            not isinstance(rec.transient, list):  # fmt: skip
+            not isinstance(rec.transient, list) or \
+            not all(isinstance(t, str) for t in rec.transient):  # fmt: skip
         raise RecordError(f"{path}: not a step record of {name!r}")
     return rec
 
 
 def write_step(root: Path, rec: StepRecord) -> None:
+    """Write `rec`; `transient` only when a step was stopped so: a whale from before the field
+    (StepRecord(**raw) refuses a key it does not know) still reads every other record."""
     record_dir(root / STEPS_DIR)
-    write_atomic(step_path(root, rec.step), json.dumps(asdict(rec), indent=1, default=str))
+    raw = asdict(rec)
+    if not raw["transient"]:
+        del raw["transient"]
+    write_atomic(step_path(root, rec.step), json.dumps(raw, indent=1, default=str))
 
 
 def note_invocation(root: Path, name: str, scale: str, source: Path, sha256: str) -> None:
