@@ -4,7 +4,10 @@ uid, a llama.cpp server, a tools process (whale.harness.tools) or a process of a
 
 `--outside PID` (repeatable): processes descended from PID are not the suite's (a long run
 started beside it, such as `whale experiment run`); they are listed apart and do not fail the
-check. A leftover of the suite is an orphan or a descendant of something else."""
+check. A leftover of the suite is an orphan or a descendant of something else. A PID that is
+this check or one of its ancestors (PID 1, the shell running the suite) is refused (exit 2):
+every orphan of the suite ends up under one of them. Each root's command line is printed, so
+that a PID reused by another process shows; a root that is gone is said."""
 
 from __future__ import annotations
 
@@ -55,11 +58,28 @@ def split_outside(lines: list[str], roots: set[int]) -> tuple[list[str], list[st
     return [x for x in lines if x not in outside], outside
 
 
+def command(pid: int) -> str | None:
+    """The command line of `pid` (cut), or None when there is no such process."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()[:120]
+    except OSError:
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tests.leftovers")
     ap.add_argument("--outside", type=int, action="append", default=[], metavar="PID",
                     help="a process tree that is not the suite's (repeatable)")
     roots = set(ap.parse_args(argv).outside)
+    mine = {1, os.getpid(), *ancestors(os.getpid())}
+    if roots & mine:
+        ap.error(f"--outside {min(roots & mine)}: this check or an ancestor of it; every "
+                 f"orphan of the suite descends from it, so no leftover would be found")
+    for root in sorted(roots):
+        what = command(root)
+        print(f"--outside {root}: no such process" if what is None else
+              f"--outside {root}: {root} ({what})")  # fmt: skip
     for _ in range(10):  # a server killed at exit may take a moment to be reaped
         left, outside = split_outside(leftovers() + servers(), roots)
         if not left:

@@ -42,3 +42,38 @@ def test_ancestors_end_at_init_and_survive_a_process_that_is_gone():
     assert leftovers.ancestors(os.getpid())[0] == os.getppid()
     assert leftovers.ancestors(os.getpid())[-1] in (0, 1)
     assert leftovers.ancestors(2**22 + 12345) == []
+
+
+def _no_wait(monkeypatch, lines):
+    monkeypatch.setattr(leftovers, "leftovers", lambda: [])
+    monkeypatch.setattr(leftovers, "servers", lambda: list(lines))
+    monkeypatch.setattr(leftovers.time, "sleep", lambda s: None)
+
+
+def test_an_ancestor_of_the_check_such_as_init_is_refused(monkeypatch, capsys):
+    """Every process descends from PID 1, and the suite's orphans are reparented to it (or
+    to a subreaper above the check): naming it, or the shell running the suite, would pass
+    any leftover. The check refuses such a PID (exit 2) instead of passing."""
+    _no_wait(monkeypatch, [f"{os.getpid()} llama-server-look-alike"])
+    for root in (1, os.getppid(), os.getpid()):
+        try:
+            code = leftovers.main(["--outside", str(root)])
+        except SystemExit as e:
+            code = e.code
+        assert code == 2, (root, capsys.readouterr())
+        assert "ancestor" in capsys.readouterr().err
+
+
+def test_a_root_that_is_gone_is_said_and_the_roots_command_is_shown(monkeypatch, capsys):
+    gone = 2**22 + 12345
+    root, mine = _tree()
+    try:
+        _no_wait(monkeypatch, mine)
+        assert leftovers.main(["--outside", str(root.pid), "--outside", str(gone)]) == 0
+        out = capsys.readouterr().out
+        assert f"--outside {gone}: no such process" in out
+        assert f"{root.pid} (sh -c" in out  # what the PID is now: a reused one shows
+    finally:
+        os.killpg(root.pid, signal.SIGKILL)
+        root.wait()
+
