@@ -38,8 +38,8 @@ def ancestors(pid: int) -> list[int]:
     out: list[int] = []
     while pid > 1:
         try:
-            with open(f"/proc/{pid}/stat") as f:
-                pid = int(f.read().rsplit(")", 1)[1].split()[1])  # the name may hold ")"
+            with open(f"/proc/{pid}/stat", "rb") as f:  # the name is any bytes, ")" too
+                pid = int(f.read().rsplit(b")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
             break
         out.append(pid)

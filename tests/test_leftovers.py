@@ -77,3 +77,32 @@ def test_a_root_that_is_gone_is_said_and_the_roots_command_is_shown(monkeypatch,
         os.killpg(root.pid, signal.SIGKILL)
         root.wait()
 
+
+def test_a_process_whose_name_is_not_utf8_is_walked_through():
+    """A process name (comm) is any bytes, ")" and spaces included: one in the middle of
+    the tree must not cut the walk to its root."""
+    mid = ("import subprocess, sys; open('/proc/self/comm', 'wb').write(b'\\xff) a b'); "
+           f"subprocess.Popen({_CHILD!r}).wait()")  # fmt: skip
+    root = subprocess.Popen(["sh", "-c", f"{sys.executable} -c {mid!r} & wait"],
+                            start_new_session=True)  # fmt: skip
+    try:
+        for _ in range(100):
+            mine = [x for x in leftovers.servers() if "import subprocess" not in x and
+                    "llama-server-look-alike" in x and str(root.pid) not in x.split()[:1]
+                    and _under(root.pid, leftovers._pid(x))]  # fmt: skip
+            if mine:
+                break
+            time.sleep(0.05)
+        assert mine, "the child did not start"
+        assert leftovers.split_outside(mine, {root.pid}) == ([], mine)
+    finally:
+        os.killpg(root.pid, signal.SIGKILL)
+        root.wait()
+
+
+def _under(root: int, pid: int) -> bool:
+    """Whether `pid` descends from `root`, by the process group (not by the code tested)."""
+    try:
+        return os.getpgid(pid) == root
+    except OSError:
+        return False
