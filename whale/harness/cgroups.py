@@ -89,7 +89,7 @@ def _read(path: str) -> str:
 
 def _start_time(pid: int | str) -> str | None:
     try:
-        with open(f"/proc/{pid}/stat") as f:
+        with open(f"/proc/{pid}/stat", errors="replace") as f:
             return f.read().rpartition(")")[2].split()[19]
     except (OSError, IndexError):
         return None

@@ -39,7 +39,7 @@ sys.stdin.read()
 
 def kill(pid, start):
     try:
-        with open(f"/proc/{pid}/stat") as f:
+        with open(f"/proc/{pid}/stat", errors="replace") as f:
             if start is None or f.read().rsplit(")", 1)[1].split()[19] == start:
                 os.kill(pid, signal.SIGKILL)
     except (OSError, IndexError):
@@ -65,7 +65,7 @@ def descendants(root: int) -> list[tuple[int, str]]:
     for d in os.listdir("/proc"):
         if d.isdigit():
             try:
-                with open(f"/proc/{d}/stat") as f:
+                with open(f"/proc/{d}/stat", errors="replace") as f:
                     fields = f.read().rsplit(")", 1)[1].split()
             except OSError:
                 continue

@@ -122,7 +122,7 @@ def kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
 def start_time(pid: int) -> int | None:
     """Field 22 of /proc/PID/stat (clock ticks since boot), or None if there is no such pid."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        stat = Path(f"/proc/{pid}/stat").read_text(errors="replace")  # a name is any bytes
     except (FileNotFoundError, ProcessLookupError, PermissionError):
         return None
     # The command name (field 2) is in parentheses and may hold spaces or ')'.

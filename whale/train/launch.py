@@ -309,7 +309,7 @@ def _proc_table() -> dict[int, tuple[int, str]]:
         if not d.name.isdigit():
             continue
         try:
-            rest = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            rest = (d / "stat").read_text(errors="replace").rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue
         if rest[0] != "Z":  # fields after the name: state, ppid, ..., starttime (22nd)
