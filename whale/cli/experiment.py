@@ -34,9 +34,10 @@ _SCALE = typer.Option(
 )
 
 
-def _again(directory: Path, runs: Path | None, scale: str) -> str:
+def _again(directory: Path, runs: Path | None, scale: str, retries: int = 2) -> str:
     where = f" --runs {runs}" if runs is not None else ""
-    return f"whale experiment run {directory} --scale {scale}{where}"
+    more = f" --retries {retries}" if retries != 2 else ""
+    return f"whale experiment run {directory} --scale {scale}{where}{more}"
 
 
 @experiment_app.command("run")
@@ -52,7 +53,7 @@ def run_cmd(directory: Path = _DIR, runs: Path = _RUNS, scale: str = _SCALE,
     from whale.records import RecordError
 
     result = call(lambda: run_experiment(directory, runs, scale, say, retries),
-                  lambda d: _again(directory, runs, scale),
+                  lambda d: _again(directory, runs, scale, retries),
                   also=(RecordError, ModelError, OSError))  # fmt: skip
     if as_json:
         print(json.dumps({"experiment": result.name, "scale": result.scale,
