@@ -93,7 +93,8 @@ lint: install
 	$(VENV)/bin/mypy whale
 
 # After the suite, nothing it started may be alive: no process of a whale sandbox uid, no
-# llama.cpp server (tests/leftovers.py exits 1 naming them).
+# llama.cpp server (tests/leftovers.py exits 1 naming them). With a long run beside the suite
+# on one machine: `python -m tests.leftovers --outside RUNNER_PID` sets its processes apart.
 test: lint
 	$(PY) -m pytest -q
 	$(PY) -m tests.leftovers
