@@ -29,3 +29,31 @@ def test_a_teacher_prior_is_named_with_who_read_it_and_its_copies(tmp_path: Path
     rec2 = StepRecord("proposer", "train_proposer", "h", {"fields": plain}, "finished")
     assert "prior" not in "\n".join(train_proposer_tables(step, rec2, tmp_path / "none",
                                                           tmp_path / "t.md"))  # fmt: skip
+
+
+def _reading(proposer: str, family: str, rounds: list[float]):
+    from whale.train.proposer.evaluate import FamilyReading
+
+    return FamilyReading(proposer, family, rounds[0], [[rounds[-1]]], 1, rounds, 0)
+
+
+def test_the_ratchet_curve_is_the_mean_and_se_over_families_round_by_round(tmp_path: Path):
+    """The paper's Figure 4, from evaluate's readings: one point per round, the SE over
+    families; a round that fewer families reached counts only those."""
+    import math
+
+    from whale.experiments.ratchet_plot import ratchet_curves, ratchet_lines
+
+    rs = [_reading("grpo", "a", [0.1, 0.3]), _reading("grpo", "b", [0.3, 0.5, 0.7]),
+          _reading("base", "a", [0.1, 0.1])]  # fmt: skip
+    got = ratchet_curves(rs)
+    (m0, se0, n0), (m1, se1, n1), (m2, se2, n2) = got["grpo"]
+    assert (round(m0, 6), n0, round(m1, 6), n1, round(m2, 6), n2) == (0.2, 2, 0.4, 2, 0.7, 1)
+    assert math.isclose(se0, 0.1) and math.isnan(se2)  # SD 0.1414 / sqrt(2); one family: none
+    assert math.isnan(got["base"][0][1])
+    png = tmp_path / "r.png"
+    text = "\n".join(ratchet_lines(rs, png))
+    assert "| grpo | 0.200 ± 0.100 | 0.400 ± 0.100 | 0.700 | 2 |" in text
+    assert "| base | 0.100 | 0.100 | - | 1 |" in text
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "](r.png)" in text
+    assert ratchet_lines([], png) == []

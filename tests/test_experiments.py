@@ -120,6 +120,9 @@ grpo = {{ generation = "trl", max_prompt = 480, max_completion = 8, lora = {{ r 
     assert "Paired grpo − sft over families:" in text  # evaluate's own table, reused
     assert "| sft − base | mean |" in text  # the pairs evaluate did not take, by its `paired`
     assert "### Teacher data" in text and "### GRPO" in text
+    assert "| proposer | round 0 | round 1 |" in text  # the ratchet curve, and its plot
+    assert (runs / "tables" / "out-proposer-ratchet.png").stat().st_size > 0
+    assert "](out-proposer-format-ratchet.png)" in text
 
 
 def test_whale_toy_runs_end_to_end_resumes_after_a_kill_and_tables_come_from_the_runs(

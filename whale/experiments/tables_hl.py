@@ -1,7 +1,8 @@
 """Harness Learning's tables, from a train-proposer run directory: the teacher's kept edits per
 family, SFT and GRPO as they ran, and `evaluate`'s per-family readings and paired differences
 (its own `summary.json` table; the pairs it does not take, between two proposers that are not
-its subject, by the same `paired` function over its `readings.json`)."""
+its subject, by the same `paired` function over its `readings.json`), and the ratchet curve
+with its plot (`ratchet_plot`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from whale.experiments.cells import field, fmt
+from whale.experiments.ratchet_plot import ratchet_lines
 from whale.experiments.records import StepRecord
 from whale.experiments.spec import Step
 from whale.records import read_json
@@ -27,7 +29,8 @@ def train_proposer_tables(step: Step, rec: StepRecord, d: Path, target: Path) ->
              f"`{field(f, 'contexts.variant', 'canonical')}`." + _prior(f), "",
              *(f"- families.{k}: {', '.join(field(f, f'families.{k}', []) or []) or '-'}"
                for k in ("sft", "rl", "eval"))]  # fmt: skip
-    lines += _teacher(d) + _sft(d) + _grpo(d) + _evaluate(d, f)
+    lines += _teacher(d) + _sft(d) + _grpo(d) + _evaluate(d, f, target.parent /
+                                                         f"{target.stem}-{step.name}-ratchet.png")
     return lines
 
 
@@ -117,7 +120,7 @@ def _held_out_n(d: Path, family: str) -> int | None:
     return len(ids) if isinstance(ids, list) else None
 
 
-def _evaluate(d: Path, f: dict[str, Any]) -> list[str]:
+def _evaluate(d: Path, f: dict[str, Any], png: Path) -> list[str]:
     path = d / "evaluate" / "summary.json"
     if not path.is_file():
         return []
@@ -142,6 +145,7 @@ def _evaluate(d: Path, f: dict[str, Any]) -> list[str]:
              f"temperature {setup['temperature']}, max tokens {setup['max_tokens']}. SE: of the "
              "mean paired difference over families (sample SD / √families).", "",
              label(s["table"]).rstrip()]  # fmt: skip
+    lines += ratchet_lines(readings, png, label)
     subject = s["subject"]
     others = [n for n in names if n != subject]
     pairs = [(a, b) for i, a in enumerate(others) for b in others[i + 1 :]]
