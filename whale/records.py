@@ -97,8 +97,9 @@ def record_dir(path: Path) -> Path:
     return path
 
 
-def write_atomic(path: Path, text: str, errors: str = "strict") -> None:
-    """`text` as UTF-8 into `path`, whole or not at all (`errors`: as for str.encode). The
+def write_atomic(path: Path, text: str | bytes, errors: str = "strict") -> None:
+    """`text` as UTF-8 (bytes as they are) into `path`, whole or not at all (`errors`: as for
+    str.encode). The
     temporary file is made new (O_EXCL | O_NOFOLLOW), and the rename replaces a link at
     `path` rather than writing through it."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
@@ -107,7 +108,7 @@ def write_atomic(path: Path, text: str, errors: str = "strict") -> None:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                      0o644)  # fmt: skip
         with open(fd, "wb") as f:
-            f.write(text.encode("utf-8", errors))
+            f.write(text if isinstance(text, bytes) else text.encode("utf-8", errors))
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

@@ -5,13 +5,14 @@ from `evaluate/summary.json`'s readings. One family: no SE (shown as "-")."""
 
 from __future__ import annotations
 
+import io
 import math
-import os
 import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from whale.experiments.cells import fmt
+from whale.records import write_atomic
 from whale.train.proposer.evaluate import FamilyReading
 
 
@@ -68,9 +69,6 @@ def _draw(curves: dict[str, list[tuple[float, float, int]]], path: Path,
     ax.legend()
     ax.grid(True, alpha=0.3)
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        fig.savefig(tmp, format="png")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    write_atomic(path, buf.getvalue())

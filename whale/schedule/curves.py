@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 import statistics
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -497,12 +496,9 @@ def _plot(rows: list[dict[str, Any]], path: Path, task: str | None) -> None:
     ax.set_title(f"{task}: {title}" if task else title)
     ax.grid(True, alpha=0.3)
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        fig.savefig(tmp, format="png")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    write_atomic(path, buf.getvalue())
 
 
 def write_curves(out: Path, task: str | None = None) -> tuple[Path, Path, Path]:
