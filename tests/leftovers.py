@@ -17,6 +17,7 @@ import sys
 import time
 
 from whale.harness.sandbox import leftovers
+from whale.procfs import ancestors
 
 
 def servers() -> list[str]:
@@ -31,19 +32,6 @@ def servers() -> list[str]:
                                    "gcs_server", "ray::", "whale.harness.tools.child")):
             found.append(f"{pid} {args[:160]}")
     return found
-
-
-def ancestors(pid: int) -> list[int]:
-    """`pid`'s parent, its parent, ... up to init (a process gone on the way ends the list)."""
-    out: list[int] = []
-    while pid > 1:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:  # the name is any bytes, ")" too
-                pid = int(f.read().rsplit(b")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            break
-        out.append(pid)
-    return out
 
 
 def _pid(line: str) -> int:

@@ -28,6 +28,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from whale import procfs
+
 _V1 = ("memory", "pids")
 
 
@@ -87,14 +89,6 @@ def _read(path: str) -> str:
         return f.read()
 
 
-def _start_time(pid: int | str) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat", errors="replace") as f:
-            return f.read().rpartition(")")[2].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
 _STATE_LOCK = threading.Lock()
 _STATE: dict[str, object] = {}
 _COUNTER = itertools.count()
@@ -121,7 +115,7 @@ def _usable() -> list[_Hierarchy]:
                     _enable_v2_controllers(h.parent)
                 usable.append(h)
         _STATE["hier"] = usable
-        _STATE["me"] = f"{os.getpid()}.{_start_time('self')}"
+        _STATE["me"] = f"{os.getpid()}.{procfs.start_time('self')}"
     _reap_stale(usable)
     return usable
 
@@ -256,7 +250,7 @@ def _reap_stale(hier: list[_Hierarchy]) -> list[str]:
         for name in names:
             pid, _, rest = name.partition(".")
             start = rest.partition(".")[0]
-            if not pid.isdigit() or _start_time(pid) == start:
+            if not pid.isdigit() or procfs.start_time(pid) == start:
                 continue  # not a run folder, or its whale is alive
             d = os.path.join(h.parent, name)
             g = RunGroup(dirs=[d])

@@ -25,6 +25,7 @@ from typing import Any
 
 import ray
 
+from whale import procfs
 from whale.models.base import ChatModel, Completion, Message, Sampling
 
 # Started with a local cluster: when this process ends in any way (its end of the pipe closes),
@@ -60,23 +61,7 @@ if mark:  # workers started after the snapshot (actors, idle workers): found by 
 
 def descendants(root: int) -> list[tuple[int, str]]:
     """(pid, start time) of every live process below `root`, from /proc."""
-    children: dict[int, list[int]] = {}
-    starts: dict[int, str] = {}
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat", errors="replace") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            children.setdefault(int(fields[1]), []).append(int(d))
-            starts[int(d)] = fields[19]
-    out, todo = [], list(children.get(root, []))
-    while todo:
-        pid = todo.pop()
-        out.append((pid, starts[pid]))
-        todo += children.get(pid, [])
-    return out
+    return list(procfs.descendants(root).items())
 
 
 def start_reaper(before: set[tuple[int, str]]) -> subprocess.Popen[str] | None:

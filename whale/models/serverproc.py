@@ -37,6 +37,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+from whale import procfs
 from whale.models.native import is_native_cmd
 
 # Runs as `python -I -S -c PRELUDE PARENT_PID CMD...`: set the parent-death signal, give up if
@@ -121,13 +122,8 @@ def kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
 
 def start_time(pid: int) -> int | None:
     """Field 22 of /proc/PID/stat (clock ticks since boot), or None if there is no such pid."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text(errors="replace")  # a name is any bytes
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    # The command name (field 2) is in parentheses and may hold spaces or ')'.
-    fields = stat[stat.rindex(")") + 2 :].split()
-    return int(fields[19])
+    start = procfs.start_time(pid)
+    return None if start is None else int(start)
 
 
 def cmdline(pid: int) -> list[str] | None:

@@ -61,6 +61,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
+from whale import procfs
 from whale.errors import WhaleError
 from whale.records import record_dir
 from whale.train.data import Example
@@ -302,40 +303,11 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _proc_table() -> dict[int, tuple[int, str]]:
-    """pid -> (parent pid, start time) of every live process (Linux /proc)."""
-    out = {}
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            rest = (d / "stat").read_text(errors="replace").rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if rest[0] != "Z":  # fields after the name: state, ppid, ..., starttime (22nd)
-            out[int(d.name)] = (int(rest[1]), rest[19])
-    return out
-
-
-def _tree(root: int) -> dict[int, str]:
-    """The live descendants of `root`: pid -> start time (to tell a reused pid apart)."""
-    table = _proc_table()
-    kids: dict[int, list[int]] = {}
-    for pid, (ppid, _) in table.items():
-        kids.setdefault(ppid, []).append(pid)
-    found, todo = {}, list(kids.get(root, []))
-    while todo:
-        pid = todo.pop()
-        found[pid] = table[pid][1]
-        todo += kids.get(pid, [])
-    return found
-
-
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     """End the launch and everything it started: SIGTERM its process group and every
     descendant (torchrun starts each rank in a session of its own: the group alone misses
     them), then after up to KILL_GRACE_S SIGKILL whatever of them is left; reap the launcher."""
-    tree = _tree(proc.pid) if proc.poll() is None else {}
+    tree = procfs.descendants(proc.pid) if proc.poll() is None else {}
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGTERM)
     for pid in tree:
@@ -345,13 +317,13 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(KILL_GRACE_S)
     while tree and time.monotonic() < deadline:
-        alive = _proc_table()
+        alive = procfs.processes()
         tree = {p: t for p, t in tree.items() if p in alive and alive[p][1] == t}
         if tree:
             time.sleep(0.1)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-    alive = _proc_table()
+    alive = procfs.processes()
     for pid, t in tree.items():
         if pid in alive and alive[pid][1] == t:
             with contextlib.suppress(ProcessLookupError, PermissionError):
