@@ -23,21 +23,22 @@ bf16 against fp32 (`--fixed`): the gradient step alone, in both dtypes, on the s
 completions:
 
     python -m benchmarks.grpo_step --fixed [--tiny] [--updates 3] [--contexts 1] [--g 4]
-        [--max-completion 64] [--prompt-words 120] [--repeats 2]
+        [--max-completion 64] [--prompt-words 120] [--repeats 2] [--no-checkpointing]
 
 No solver and no sandbox: the completions are fixed by each request's seed (random words from a
 small vocabulary, the same in every arm, whatever the weights), the reward is the share of "e" in
 the text, and each arm is one `train_grpo` run of `--updates` updates from the same random fp32
-init adapter (LoRA r = 32 on all projections), gradient checkpointing on (the default), through the
-"embedded" path (so the adapter is saved every update, as in real runs). Arms alternate (fp32,
-bf16, bf16, fp32, ...); each keeps its fastest run. Printed: the gradient step time per update
-(`gradient_s`, TRL's forward, backward and AdamW, wall clock) and this process's CPU time per
-update (the whole run over the updates, model loading included: steadier than wall time on a shared
-machine), their ratios fp32 / bf16, TRL's grad norm of each update in both dtypes, and how far
-apart the adapters end after the N updates: |W_bf16 - W_fp32| / |W_fp32 - W_init| over all LoRA
-weights (0: the same update; the loss itself is no measure here: on-policy GRPO's loss is 0 at
-every update, the group's advantages summing to zero). Proposer: `--tiny` (the random hidden-256
-model of rsft_throughput) or the real 0.5B checkpoint (`--proposer`). Target (issue 25): >= 2.5x.
+init adapter (LoRA r = 32 on all projections), gradient checkpointing on (the default; off with
+`--no-checkpointing`), through the "embedded" path (so the adapter is saved every update, as in
+real runs). Arms alternate (fp32, bf16, bf16, fp32, ...); each keeps its fastest run. Printed: the
+gradient step time per update (`gradient_s`, TRL's forward, backward and AdamW, wall clock) and
+this process's CPU time per update (the whole run over the updates, model loading included:
+steadier than wall time on a shared machine), their ratios fp32 / bf16, TRL's grad norm of each
+update in both dtypes, and how far apart the adapters end after the N updates: |W_bf16 - W_fp32| /
+|W_fp32 - W_init| over all LoRA weights (0: the same update; the loss itself is no measure here:
+on-policy GRPO's loss is 0 at every update, the group's advantages summing to zero). Proposer:
+`--tiny` (the random hidden-256 model of rsft_throughput) or the real 0.5B checkpoint
+(`--proposer`). Target (issue 25): >= 2.5x.
 """
 
 from __future__ import annotations
@@ -195,7 +196,8 @@ def fixed(a: argparse.Namespace) -> None:
         for d in arms if i % 2 == 0 else arms[::-1]:
             s = GRPOSettings(g=a.g, contexts_per_update=a.contexts, updates=a.updates,
                              max_completion=a.max_completion, max_prompt=100_000,
-                             generation="embedded", threads=a.threads, dtype=d)  # type: ignore[arg-type]  # fmt: skip
+                             generation="embedded", threads=a.threads, dtype=d,  # type: ignore[arg-type]
+                             gradient_checkpointing=not a.no_checkpointing)  # fmt: skip
             out = tmp / f"{d}_{i}"
             cpu = time.process_time()
             adapter, stats = train_grpo(prompts, letter_reward, ckpt, s, out, init_adapter=init,
@@ -211,7 +213,7 @@ def fixed(a: argparse.Namespace) -> None:
     tokens = rows["fp32"][0].completion_tokens
     print(f"\nmodel {label}; {a.contexts} context(s) x G={a.g}, {a.updates} updates, prompt "
           f"{a.prompt_words} words, {tokens} completion tokens per update; {a.threads} "
-          "threads")  # fmt: skip
+          f"threads; gradient checkpointing {'off' if a.no_checkpointing else 'on'}")  # fmt: skip
     print("| dtype | best mean gradient s per update | best CPU s per update | grad norm per "
           "update |\n|---|---|---|---|")  # fmt: skip
     for d in arms:
@@ -243,6 +245,8 @@ def main() -> None:
     p.add_argument("--tiny", action="store_true", help="--fixed on the tiny random model")
     p.add_argument("--updates", type=int, default=3, help="--fixed: updates per arm")
     p.add_argument("--prompt-words", type=int, default=120, help="--fixed: words per prompt")
+    p.add_argument("--no-checkpointing", action="store_true",
+                   help="--fixed: gradient checkpointing off (grpo.gradient_checkpointing)")
     p.add_argument("--repeats", type=int, default=2, help="--fixed: runs of each arm")
     p.add_argument("--r", type=int, default=32, help="--fixed: LoRA rank")
     a = p.parse_args()

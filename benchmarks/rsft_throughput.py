@@ -14,7 +14,7 @@ the same number for both. Runs alternate (ours, TRL, TRL, ours, ...) and each si
 fastest run, so drift on a shared machine hits both alike.
 
     python -m benchmarks.rsft_throughput [--model-dir DIR] [--examples N | --steps N] [--tiny]
-        [--arms fp32,bf16,trl] [--profile]
+        [--arms fp32,bf16,trl] [--profile] [--words PROMPT,COMPLETION]
 
 Arms (`--arms`, run in turn, the order reversed every repeat): `fp32` and `bf16` are
 `LoraTrainer` with `sft.dtype` "fp32" / "bf16" (bf16 = frozen base weights in bf16, LoRA
@@ -79,14 +79,16 @@ def make_bench_model(out: Path) -> Path:
     return out
 
 
-def make_examples(tok, n: int, seed: int = 0) -> list[Example]:  # noqa: ANN001
-    """`n` chat examples: system + user prompt of 30-90 words, completion of 15-60 words."""
+def make_examples(tok, n: int, seed: int = 0,  # noqa: ANN001
+                  words: tuple[int, int] | None = None) -> list[Example]:  # fmt: skip
+    """`n` chat examples: system + user prompt of 30-90 words, completion of 15-60 words; or, with
+    `words` (prompt, completion), exactly that many words each (a word is 1-2 tokens)."""
     rng = random.Random(seed)
     eot = end_of_turn_id(tok)
     out = []
     for i in range(n):
-        question = " ".join(rng.choices(WORDS, k=rng.randint(30, 90)))
-        answer = " ".join(rng.choices(WORDS, k=rng.randint(15, 60)))
+        question = " ".join(rng.choices(WORDS, k=words[0] if words else rng.randint(30, 90)))
+        answer = " ".join(rng.choices(WORDS, k=words[1] if words else rng.randint(15, 60)))
         p = template_ids(tok, [{"role": "system", "content": "Solve it. End with Answer: X."},
                                {"role": "user", "content": question}])  # fmt: skip
         c = list(tok(answer, add_special_tokens=False)["input_ids"]) + [eot]
@@ -245,6 +247,12 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--r", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument(
+        "--words",
+        default=None,
+        help="PROMPT,COMPLETION words per example (default: 30-90 and 15-60, drawn per example);"
+        " the proposer's x_t is 1,500-3,000 tokens, a solver's rollout a few hundred",
+    )
     args = ap.parse_args()
     arms = args.arms.split(",")
     if not arms or any(a not in (*OURS, "trl") for a in arms) or len(set(arms)) < len(arms):
@@ -267,12 +275,17 @@ def main() -> None:
     if args.steps:
         n = args.steps * args.batch_size
     tok = AutoTokenizer.from_pretrained(model_dir)
-    examples = make_examples(tok, n)
+    words = None
+    if args.words:
+        q, _, a = args.words.partition(",")
+        words = (int(q), int(a))
+    examples = make_examples(tok, n, words=words)
     tokens = sum(trained_positions(e) for e in examples)
     total = sum(len(e.input_ids) for e in examples)
     lora = LoraSettings(r=args.r, alpha=2 * args.r)
+    longest = max(len(e.input_ids) for e in examples)
     sft = SFTSettings(lr=args.lr, batch_size=args.batch_size, micro_batch=args.micro_batch,
-                      threads=args.threads)  # fmt: skip
+                      threads=args.threads, max_len=max(4096, longest))  # fmt: skip
     steps = -(-n // sft.batch_size)
     print(f"model {label}; {n} examples, {total} tokens, {tokens} trained; {steps} optimizer "
           f"steps; LoRA r={lora.r} alpha={lora.alpha}; batch {sft.batch_size} (micro "

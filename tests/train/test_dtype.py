@@ -113,6 +113,45 @@ def test_bf16_loads_bf16_base_weights_and_fp32_lora_weights(tiny_model_dir):
         t.close()
 
 
+def test_bf16_computes_the_lora_path_in_bf16_from_fp32_masters(tiny_model_dir, examples):
+    """The low-rank path takes the base's bf16 activations as they are (no fp32 copy of them)
+    and its output is bf16; the weights it is computed from stay fp32 parameters."""
+    import torch
+    from peft.tuners.lora.layer import Linear as LoraLinear
+
+    t = trainer(tiny_model_dir, "bf16")
+    try:
+        layers = [m for m in t.model.modules() if isinstance(m, LoraLinear)]
+        seen: list[tuple[object, object]] = []
+        hooks = [lin.register_forward_hook(lambda m, i, o: seen.append((i[0].dtype, o.dtype)))
+                 for m in layers for lin in (*m.lora_A.values(), *m.lora_B.values())]  # fmt: skip
+        t.loss(examples[:1])
+        for h in hooks:
+            h.remove()
+        assert layers and len(seen) == 2 * len(layers)
+        assert set(seen) == {(torch.bfloat16, torch.bfloat16)}
+        assert {p.dtype for p in t.params} == {torch.float32}
+    finally:
+        t.close()
+
+
+def test_a_bf16_step_at_a_small_lr_still_moves_every_lora_factor(tiny_model_dir, examples):
+    """AdamW moves a weight by about lr per step: 1e-6 is far below a bf16 weight's resolution
+    (~4e-3 relative), so it moves only because the masters are fp32. One example per step: A's
+    gradient is zero until a first step has moved B off its zeros."""
+    import torch
+
+    t = trainer(tiny_model_dir, "bf16", batch_size=1, lr=1e-6)
+    try:
+        before = [p.detach().clone() for p in t.params]
+        t.train(examples)
+        moved = [float((p.detach() - b).abs().max()) for p, b in zip(t.params, before, strict=True)]
+    finally:
+        t.close()
+    assert min(moved) > 1e-7, moved
+    assert {b.dtype for b in before} == {torch.float32}
+
+
 # -- bf16 against fp32 -------------------------------------------------------------------------
 def _one_step(t: LoraTrainer, examples, state) -> tuple[float, object]:
     """The loss of one optimizer step over every example from LoRA weights `state`, and the
@@ -216,11 +255,29 @@ def test_a_bf16_adapter_resumes_where_it_stopped(tiny_model_dir, examples, tmp_p
 
 
 # -- proposer SFT and GRPO ---------------------------------------------------------------------
-def test_proposer_sft_records_its_dtype_and_saves_one_format(tiny_model_dir, tmp_path):
+def spy_lora_in_base_dtype(monkeypatch, module: str) -> list[int]:
+    """Calls through to `lora_in_base_dtype` as `module` imported it; the list gets the number
+    of LoRA layers each call changed."""
+    import importlib
+
+    from whale.train.precision import lora_in_base_dtype
+
+    calls: list[int] = []
+    def spy(model: object) -> int:
+        calls.append(lora_in_base_dtype(model))
+        return calls[-1]
+
+    monkeypatch.setattr(importlib.import_module(module), "lora_in_base_dtype", spy)
+    return calls
+
+
+def test_proposer_sft_records_its_dtype_and_saves_one_format(tiny_model_dir, tmp_path,
+                                                              monkeypatch):
     from safetensors.torch import load_file
 
     from whale.train.proposer.sft import train_sft
 
+    changed = spy_lora_in_base_dtype(monkeypatch, "whale.train.proposer.sft")
     got = {}
     for d in ("fp32", "bf16"):
         s = sft_settings(dtype=d, max_len=256)
@@ -229,6 +286,7 @@ def test_proposer_sft_records_its_dtype_and_saves_one_format(tiny_model_dir, tmp
                   load_file(str(adapter / "adapter_model.safetensors")).items()}  # fmt: skip
         assert json.loads((tmp_path / d / "train.json").read_text())["dtype"] == d
     assert got["fp32"] == got["bf16"] and got["fp32"]
+    assert len(changed) == 1 and changed[0] > 0  # bf16 only: its LoRA path computes in bf16
 
 
 def test_proposer_sft_fingerprint_keys_the_dtype_trained_in(tiny_model_dir):
@@ -243,11 +301,12 @@ def test_proposer_sft_fingerprint_keys_the_dtype_trained_in(tiny_model_dir):
     assert fp("auto") == fp(resolve("auto"))  # what counts is what "auto" trains in here
 
 
-def test_grpo_records_its_dtype_and_saves_one_format(tiny_model_dir, tmp_path):
+def test_grpo_records_its_dtype_and_saves_one_format(tiny_model_dir, tmp_path, monkeypatch):
     from safetensors.torch import load_file
 
     from whale.train.proposer.grpo import RUN_FILE, train_grpo
 
+    changed = spy_lora_in_base_dtype(monkeypatch, "whale.train.proposer.grpo")
     got = {}
     for d in ("fp32", "bf16"):
         adapter, _ = train_grpo(PROMPTS, LetterReward(), tiny_model_dir,
@@ -256,6 +315,7 @@ def test_grpo_records_its_dtype_and_saves_one_format(tiny_model_dir, tmp_path):
                   load_file(str(adapter / "adapter_model.safetensors")).items()}  # fmt: skip
         assert json.loads((tmp_path / d / RUN_FILE).read_text())["dtype"] == d
     assert got["fp32"] == got["bf16"] and got["fp32"]
+    assert len(changed) == 1 and changed[0] > 0
 
 
 def test_grpo_refuses_to_resume_a_run_in_the_other_dtype(tmp_path):

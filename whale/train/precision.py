@@ -11,11 +11,13 @@ Not covered: ARM's bf16 (`bf16` in the aarch64 Features line) and Apple silicon:
 fp32 there, and "bf16" can be forced.
 
 What bf16 means (the same for the three trainers): the FROZEN base weights are loaded in bf16
-and everything computes in bf16 where they are; the LoRA weights stay fp32 (PEFT's
-`autocast_adapter_dtype`: its LoRA layers cast their input to fp32, compute the low-rank path
-in fp32 and add it back in bf16), and so do their gradients, the AdamW state and the saved
-adapter (the same fp32 safetensors in either dtype, which `whale.train.lora_gguf` converts).
-The loss (cross-entropy) is taken in fp32 on the bf16 logits. No autocast, by measurement
+and everything computes in bf16, the low-rank path of each LoRA layer too (`lora_in_base_dtype`:
+its weights cast from fp32 on each forward); the LoRA weights themselves stay fp32, and so do
+their gradients, the AdamW state and the saved adapter (the same fp32 safetensors in either
+dtype, which `whale.train.lora_gguf` converts). The loss (cross-entropy) is taken in fp32 on the
+bf16 logits. (Until issue 25's second measurement, on a Xeon with AMX, the low-rank path ran in
+fp32 as PEFT does by default, and three copies of each activation a third of a bf16 step.)
+No autocast, by measurement
 (`python -m benchmarks.rsft_throughput --model-dir <0.5B> --examples 4 --batch-size 2 --arms
 fp32,bf16,autocast,bf16-autocast --threads 1`, a 2-core EPYC with avx512_bf16, shared; CPU time
 of the gradient steps, best of 2): fp32 14.6 s; autocast over fp32 weights 10.2 s (1.43x: autocast
@@ -126,3 +128,48 @@ def keep_fp32(params: Any) -> None:
     for p in params:
         if p.dtype != torch.float32:
             p.data = p.data.float()
+
+
+def lora_in_base_dtype(model: Any) -> int:
+    """Make every LoRA layer of `model` compute its low-rank path in the dtype of its input, the
+    base's (bf16), with its weights cast from their fp32 masters on each forward. Returns the
+    number of LoRA layers changed.
+
+    Why: PEFT casts each LoRA layer's input to the adapter's dtype (fp32), adds the fp32 low-rank
+    output to the bf16 base output (promoting it to fp32) and casts the sum back: three copies of
+    an activation per projection, in both passes. On a 2-core Xeon with AMX they were a third of
+    a bf16 step (`aten::copy_`, `mul`, `add`); computed in bf16, the step went from 2.3x to 3.0x
+    faster than fp32 on 700-token examples (benchmarks/rsft_throughput.py, docs/measurements.md).
+    What stays fp32: the LoRA weights, their gradients (the cast's backward converts them), the
+    AdamW state and the saved adapter, so a lr of 1e-6 still moves them. What changes: the
+    low-rank path's activations and their gradients are bf16, as under autocast.
+    Not covered: PEFT's LoRA variants (DoRA and the like) and non-Linear LoRA layers keep PEFT's
+    own casts; whale trains neither."""
+    import torch
+    from peft.tuners.lora.layer import Linear as LoraLinear
+
+    cast = _cast_linear()
+    n = 0
+    for m in model.modules():
+        if isinstance(m, LoraLinear) and not m.lora_variant:
+            m.cast_input_dtype_enabled = False  # PEFT's switch for the input cast
+            for lin in [*m.lora_A.values(), *m.lora_B.values()]:
+                if type(lin) is torch.nn.Linear:
+                    lin.__class__ = cast  # same parameters and state dict; another forward
+            n += 1
+    return n
+
+
+@functools.cache
+def _cast_linear() -> type:
+    import torch
+    import torch.nn.functional as F
+
+    class CastLinear(torch.nn.Linear):
+        """An nn.Linear that computes in its input's dtype (its fp32 weights cast on the fly)."""
+
+        def forward(self, x: Any) -> Any:
+            bias = None if self.bias is None else self.bias.to(x.dtype)
+            return F.linear(x, self.weight.to(x.dtype), bias)
+
+    return CastLinear

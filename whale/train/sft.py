@@ -56,7 +56,14 @@ from typing import Any
 from whale.config import check_choices
 from whale.records import record_dir
 from whale.train.data import IGNORE, Example
-from whale.train.precision import Device, TrainDtype, keep_fp32, resolve, torch_dtype
+from whale.train.precision import (
+    Device,
+    TrainDtype,
+    keep_fp32,
+    lora_in_base_dtype,
+    resolve,
+    torch_dtype,
+)
 
 log = logging.getLogger(__name__)
 
@@ -230,6 +237,8 @@ class LoraTrainer:
             self.model = get_peft_model(base, config)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
         keep_fp32(self.params)  # PEFT's default already; the saved adapter's format depends on it
+        if self.dtype == "bf16":
+            lora_in_base_dtype(self.model)
         self.optimizer = torch.optim.AdamW(
             self.params, lr=sft.lr, weight_decay=sft.weight_decay, betas=(0.9, 0.999), eps=1e-8
         )

@@ -78,7 +78,7 @@ from whale.config import check_choices
 from whale.models.base import MAX_TEMPERATURE
 from whale.records import JsonlWriter, record_dir
 from whale.train.data import template_ids
-from whale.train.precision import TrainDtype, keep_fp32, resolve, torch_dtype
+from whale.train.precision import TrainDtype, keep_fp32, lora_in_base_dtype, resolve, torch_dtype
 from whale.train.proposer.grpo_rollout import Clock, make_rollout
 from whale.train.sft import LoraSettings
 
@@ -480,6 +480,8 @@ def _train(
         )  # fmt: skip
     trainer.whale_clock = clock
     keep_fp32(p for p in trainer.model.parameters() if p.requires_grad)
+    if dtype == "bf16":
+        lora_in_base_dtype(trainer.model)
     trainer.remove_callback(PrinterCallback)  # TRL's metric dicts on stdout: `say` reports
     trainer.train(resume_from_checkpoint=str(resume) if resume is not None else None)
     tmp = out / "adapter.tmp"

@@ -57,7 +57,14 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from whale.config import above, at_least, check_choices, part
 from whale.records import record_dir
-from whale.train.precision import Dtype, TrainDtype, keep_fp32, resolve, torch_dtype
+from whale.train.precision import (
+    Dtype,
+    TrainDtype,
+    keep_fp32,
+    lora_in_base_dtype,
+    resolve,
+    torch_dtype,
+)
 from whale.train.sft import LoraSettings
 
 if TYPE_CHECKING:
@@ -303,6 +310,8 @@ def _trainer(
         )  # fmt: skip
     trainer.remove_callback(PrinterCallback)  # progress goes through `say`
     keep_fp32(p for p in trainer.model.parameters() if p.requires_grad)
+    if dtype == "bf16":
+        lora_in_base_dtype(trainer.model)
     if len(trainer.train_dataset) != len(train):  # max_length=None: TRL must keep every row
         raise RuntimeError(f"TRL kept {len(trainer.train_dataset)} of {len(train)} examples")
     return trainer
