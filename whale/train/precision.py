@@ -16,9 +16,8 @@ its weights cast from fp32 on each forward); the LoRA weights themselves stay fp
 their gradients, the AdamW state and the saved adapter (the same fp32 safetensors in either
 dtype, which `whale.train.lora_gguf` converts). The loss (cross-entropy) is taken in fp32 on the
 bf16 logits. (Until issue 25's second measurement, on a Xeon with AMX, the low-rank path ran in
-fp32 as PEFT does by default, and three copies of each activation a third of a bf16 step.)
-No autocast, by measurement
-(`python -m benchmarks.rsft_throughput --model-dir <0.5B> --examples 4 --batch-size 2 --arms
+fp32 as PEFT does by default; the copies of the activations that took were about a third of a
+bf16 step.) No autocast, by measurement (`python -m benchmarks.rsft_throughput --model-dir <0.5B> --examples 4 --batch-size 2 --arms
 fp32,bf16,autocast,bf16-autocast --threads 1`, a 2-core EPYC with avx512_bf16, shared; CPU time
 of the gradient steps, best of 2): fp32 14.6 s; autocast over fp32 weights 10.2 s (1.43x: autocast
 casts the frozen weights again on every forward, its cast cache keeps only leaf tensors that
@@ -137,9 +136,12 @@ def lora_in_base_dtype(model: Any) -> int:
 
     Why: PEFT casts each LoRA layer's input to the adapter's dtype (fp32), adds the fp32 low-rank
     output to the bf16 base output (promoting it to fp32) and casts the sum back: three copies of
-    an activation per projection, in both passes. On a 2-core Xeon with AMX they were a third of
-    a bf16 step (`aten::copy_`, `mul`, `add`); computed in bf16, the step went from 2.3x to 3.0x
-    faster than fp32 on 700-token examples (benchmarks/rsft_throughput.py, docs/measurements.md).
+    an activation per projection, in both passes. On a 2-core Xeon with AMX, 1 thread, these
+    (`aten::copy_`, `mul`, `add` under torch's profiler) were about a third of a bf16 step on
+    700-token examples; computed in bf16, the step on the benchmark's default examples went
+    from 1.78-1.82x to 1.98x faster than fp32, and it is 2.61x on 710-token and 3.08x on
+    1,500-token examples (`python -m benchmarks.rsft_throughput --model-dir <0.5B> --examples 4
+    --batch-size 2 --arms fp32,bf16 --threads 1 [--words 500,150]`, docs/measurements.md).
     What stays fp32: the LoRA weights, their gradients (the cast's backward converts them), the
     AdamW state and the saved adapter, so a lr of 1e-6 still moves them. What changes: the
     low-rank path's activations and their gradients are bf16, as under autocast.
