@@ -17,8 +17,8 @@ their gradients, the AdamW state and the saved adapter (the same fp32 safetensor
 dtype, which `whale.train.lora_gguf` converts). The loss (cross-entropy) is taken in fp32 on the
 bf16 logits. (Until issue 25's second measurement, on a Xeon with AMX, the low-rank path ran in
 fp32 as PEFT does by default; the copies of the activations that took were about a third of a
-bf16 step.) No autocast, by measurement (`python -m benchmarks.rsft_throughput --model-dir <0.5B> --examples 4 --batch-size 2 --arms
-fp32,bf16,autocast,bf16-autocast --threads 1`, a 2-core EPYC with avx512_bf16, shared; CPU time
+bf16 step.) No autocast, by measurement (`python -m benchmarks.rsft_throughput --model-dir
+<0.5B> --examples 4 --batch-size 2 --arms fp32,bf16,autocast,bf16-autocast --threads 1`, a 2-core EPYC with avx512_bf16, shared; CPU time
 of the gradient steps, best of 2): fp32 14.6 s; autocast over fp32 weights 10.2 s (1.43x: autocast
 casts the frozen weights again on every forward, its cast cache keeps only leaf tensors that
 require grad, and a micro batch of one example does too little arithmetic to hide that copy);
