@@ -152,6 +152,28 @@ def test_a_bf16_step_at_a_small_lr_still_moves_every_lora_factor(tiny_model_dir,
     assert {b.dtype for b in before} == {torch.float32}
 
 
+def test_an_older_peft_without_lora_variant_is_changed_and_its_dora_left_alone(tiny_model_dir):
+    """PEFT 0.15 (within pyproject's peft>=0.14) has no `lora_variant` attribute: its DoRA is
+    the `use_dora` flag. Plain LoRA layers are still changed, DoRA ones still left to PEFT."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from peft.tuners.lora.layer import Linear as LoraLinear
+    from transformers import AutoModelForCausalLM
+
+    from whale.train.precision import lora_in_base_dtype
+
+    for dora, want in ((False, True), (True, False)):
+        base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.bfloat16)
+        model = get_peft_model(base, LoraConfig(r=4, target_modules=["q_proj"], use_dora=dora,
+                                                task_type="CAUSAL_LM"))  # fmt: skip
+        layers = [m for m in model.modules() if isinstance(m, LoraLinear)]
+        for m in layers:  # as PEFT 0.15 builds them
+            del m.lora_variant
+            m.use_dora = {"default": dora}
+        assert lora_in_base_dtype(model) == (len(layers) if want else 0)
+        assert {m.cast_input_dtype_enabled for m in layers} == {not want}
+
+
 # -- bf16 against fp32 -------------------------------------------------------------------------
 def _one_step(t: LoraTrainer, examples, state) -> tuple[float, object]:
     """The loss of one optimizer step over every example from LoRA weights `state`, and the

@@ -146,20 +146,29 @@ def lora_in_base_dtype(model: Any) -> int:
     AdamW state and the saved adapter, so a lr of 1e-6 still moves them. What changes: the
     low-rank path's activations and their gradients are bf16, as under autocast.
     Not covered: PEFT's LoRA variants (DoRA and the like) and non-Linear LoRA layers keep PEFT's
-    own casts; whale trains neither."""
+    own casts; whale trains neither. PEFT before 0.16 has no `lora_variant` (its DoRA is the
+    `use_dora` flag), and before 0.15 no switch for the input cast: there the low-rank path
+    still computes in fp32 (the cast weights are fp32 already), as PEFT does by default."""
     import torch
     from peft.tuners.lora.layer import Linear as LoraLinear
 
     cast = _cast_linear()
     n = 0
     for m in model.modules():
-        if isinstance(m, LoraLinear) and not m.lora_variant:
+        if isinstance(m, LoraLinear) and not _variant(m):
             m.cast_input_dtype_enabled = False  # PEFT's switch for the input cast
             for lin in [*m.lora_A.values(), *m.lora_B.values()]:
                 if type(lin) is torch.nn.Linear:
                     lin.__class__ = cast  # same parameters and state dict; another forward
             n += 1
     return n
+
+
+def _variant(layer: Any) -> bool:
+    """Whether a LoRA layer holds an adapter of a variant (DoRA, aLoRA, ...) for any adapter:
+    `lora_variant` from PEFT 0.16 on, the `use_dora` flags before it."""
+    dora = getattr(layer, "use_dora", {})
+    return bool(getattr(layer, "lora_variant", None)) or any(dora.values())
 
 
 @functools.cache
