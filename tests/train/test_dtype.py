@@ -135,6 +135,25 @@ def test_bf16_computes_the_lora_path_in_bf16_from_fp32_masters(tiny_model_dir, e
         t.close()
 
 
+def test_a_bf16_model_pickles_and_computes_the_same_after(tiny_model_dir, examples):
+    """torch.save of the whole model (or any pickling of it) must not fail on the swapped
+    class; a copy computes what the original does."""
+    import copy
+    import pickle
+
+    import torch
+
+    t = trainer(tiny_model_dir, "bf16")
+    try:
+        ids = torch.tensor([examples[0].input_ids])
+        with torch.no_grad():
+            want = t.model(input_ids=ids).logits
+            for other in (pickle.loads(pickle.dumps(t.model)), copy.deepcopy(t.model)):
+                assert torch.equal(other(input_ids=ids).logits, want)
+    finally:
+        t.close()
+
+
 def test_a_bf16_step_at_a_small_lr_still_moves_every_lora_factor(tiny_model_dir, examples):
     """AdamW moves a weight by about lr per step: 1e-6 is far below a bf16 weight's resolution
     (~4e-3 relative), so it moves only because the masters are fp32. One example per step: A's

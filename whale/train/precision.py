@@ -183,4 +183,13 @@ def _cast_linear() -> type:
             bias = None if self.bias is None else self.bias.to(x.dtype)
             return F.linear(x, self.weight.to(x.dtype), bias)
 
+    CastLinear.__module__, CastLinear.__qualname__ = __name__, "CastLinear"  # pickle finds it
     return CastLinear
+
+
+def __getattr__(name: str) -> Any:
+    """`CastLinear`, made on first use (torch is imported lazily here): so that a model holding
+    it pickles (torch.save of the whole model) and unpickles in a fresh process."""
+    if name == "CastLinear":
+        return _cast_linear()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
