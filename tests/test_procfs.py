@@ -91,10 +91,26 @@ def test_a_zombie_is_not_in_the_table():
         p.wait()
 
 
+class Bounded(dict):
+    """A process table that fails, where a walk of it that does not end would hang."""
+
+    def __init__(self, table: dict, reads: int = 100) -> None:
+        super().__init__(table)
+        self.left = reads
+
+    def __getitem__(self, pid: int) -> tuple[int, str]:
+        self.left -= 1
+        if self.left < 0:
+            raise AssertionError("the walk of the table does not end")
+        return super().__getitem__(pid)
+
+
 def test_descendants_of_a_table_with_a_cycle_end():
     # pids reused while /proc was being read can make 10 the parent of 11 and 11 of 10
-    table = {10: (11, "5"), 11: (10, "6"), 12: (1, "7")}
-    assert procfs.descendants(10, table) == {11: "6", 10: "5"}
+    # (each pid has one parent, so a cycle the walk can reach goes through the root); a walk
+    # that does not end fails on the table's read count rather than hanging
+    table = Bounded({10: (11, "5"), 11: (10, "6"), 12: (1, "7")})
+    assert procfs.descendants(10, table) == {11: "6"}  # below 10: never 10 itself
 
 
 def test_the_callers_read_through_it(odd):
@@ -103,3 +119,28 @@ def test_the_callers_read_through_it(odd):
     assert serverproc.start_time(odd.pid) == int(procfs.start_time(odd.pid) or -1)
     assert {p for p, _ in ray_support.descendants(os.getpid())} >= {odd.pid, *_kids(odd.pid)}
     assert leftovers.ancestors(_kids(odd.pid)[0])[0] == odd.pid
+
+
+def test_ancestors_of_a_cycle_end_at_the_bound(monkeypatch):
+    """Pids reused while the chain is read can make 10 the parent of 11 and 11 of 10."""
+    reads = []
+
+    def fields(pid):
+        reads.append(pid)
+        if len(reads) > 10_000:
+            raise AssertionError("ancestors does not end")
+        return ["S", str({10: 11, 11: 10}[pid])] + ["0"] * 18
+
+    monkeypatch.setattr(procfs, "stat_fields", fields)
+    up = procfs.ancestors(10)
+    assert len(up) == 4096 and up[:3] == [11, 10, 11]
+
+
+@pytest.mark.parametrize("raw", [b"", b"12 (name", b"12 (a) S 1 2 3", b"12 a b c " * 10])
+def test_a_short_or_garbled_stat_line_reads_as_no_process(monkeypatch, raw):
+    import io
+
+    monkeypatch.setattr(procfs, "open", lambda *a, **k: io.BytesIO(raw), raising=False)
+    assert procfs.stat_fields(12) is None
+    assert procfs.start_time(12) is None
+    assert procfs.ancestors(12) == []

@@ -56,7 +56,9 @@ def descendants(root: int, table: dict[int, tuple[int, str]] | None = None) -> d
     found, todo = {}, list(kids.get(root, []))
     while todo:
         pid = todo.pop()
-        if pid not in found:  # a table read while pids were reused can hold a cycle
+        # a table read while pids were reused can hold a cycle, through `root` too: `root` is
+        # never listed (the Ray reaper SIGKILLs the list while this process lives on)
+        if pid not in found and pid != root:
             found[pid] = table[pid][1]
             todo += kids.get(pid, [])
     return found

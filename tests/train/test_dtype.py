@@ -135,6 +135,25 @@ def test_bf16_computes_the_lora_path_in_bf16_from_fp32_masters(tiny_model_dir, e
         t.close()
 
 
+def test_a_bf16_model_pickles_and_computes_the_same_after(tiny_model_dir, examples):
+    """torch.save of the whole model (or any pickling of it) must not fail on the swapped
+    class; a copy computes what the original does."""
+    import copy
+    import pickle
+
+    import torch
+
+    t = trainer(tiny_model_dir, "bf16")
+    try:
+        ids = torch.tensor([examples[0].input_ids])
+        with torch.no_grad():
+            want = t.model(input_ids=ids).logits
+            for other in (pickle.loads(pickle.dumps(t.model)), copy.deepcopy(t.model)):
+                assert torch.equal(other(input_ids=ids).logits, want)
+    finally:
+        t.close()
+
+
 def test_a_bf16_step_at_a_small_lr_still_moves_every_lora_factor(tiny_model_dir, examples):
     """AdamW moves a weight by about lr per step: 1e-6 is far below a bf16 weight's resolution
     (~4e-3 relative), so it moves only because the masters are fp32. One example per step: A's
@@ -150,6 +169,28 @@ def test_a_bf16_step_at_a_small_lr_still_moves_every_lora_factor(tiny_model_dir,
         t.close()
     assert min(moved) > 1e-7, moved
     assert {b.dtype for b in before} == {torch.float32}
+
+
+def test_an_older_peft_without_lora_variant_is_changed_and_its_dora_left_alone(tiny_model_dir):
+    """PEFT 0.15 (within pyproject's peft>=0.14) has no `lora_variant` attribute: its DoRA is
+    the `use_dora` flag. Plain LoRA layers are still changed, DoRA ones still left to PEFT."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from peft.tuners.lora.layer import Linear as LoraLinear
+    from transformers import AutoModelForCausalLM
+
+    from whale.train.precision import lora_in_base_dtype
+
+    for dora, want in ((False, True), (True, False)):
+        base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.bfloat16)
+        model = get_peft_model(base, LoraConfig(r=4, target_modules=["q_proj"], use_dora=dora,
+                                                task_type="CAUSAL_LM"))  # fmt: skip
+        layers = [m for m in model.modules() if isinstance(m, LoraLinear)]
+        for m in layers:  # as PEFT 0.15 builds them
+            del m.lora_variant
+            m.use_dora = {"default": dora}
+        assert lora_in_base_dtype(model) == (len(layers) if want else 0)
+        assert {m.cast_input_dtype_enabled for m in layers} == {not want}
 
 
 # -- bf16 against fp32 -------------------------------------------------------------------------

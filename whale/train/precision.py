@@ -13,21 +13,23 @@ fp32 there, and "bf16" can be forced.
 What bf16 means (the same for the three trainers): the FROZEN base weights are loaded in bf16 and
 everything computes in bf16, the low-rank path of each LoRA layer too (`lora_in_base_dtype`: its
 weights cast from fp32 on each forward); the LoRA weights themselves stay fp32, and so do their
-gradients, the AdamW state and the saved adapter (the same fp32 safetensors in either dtype, which
-`whale.train.lora_gguf` converts). The loss (cross-entropy) is taken in fp32 on the bf16 logits.
-(Until issue 25's second measurement, on a Xeon with AMX, the low-rank path ran in fp32 as PEFT
-does by default; the copies of the activations that took were about a third of a bf16 step.) No
-autocast, by measurement (`python -m benchmarks.rsft_throughput --model-dir <0.5B> --examples 4
---batch-size 2 --arms fp32,bf16,autocast,bf16-autocast --threads 1`, a 2-core EPYC with
-avx512_bf16, shared; CPU time of the gradient steps, best of 2): fp32 14.6 s; autocast over fp32
-weights 10.2 s (1.43x: autocast casts the frozen weights again on every forward, its cast cache
-keeps only leaf tensors that require grad, and a micro batch of one example does too little
-arithmetic to hide that copy); bf16 weights 8.65 s (1.68x); bf16 weights under autocast 8.2 s
-(1.78x, but slower by wall clock, 13.9 against 13.2 s: the gain is the small LoRA matmuls, within
-what runs vary) at the price of computing the trained weights' gradients in bf16. The loss after
-the 2 steps was within 0.0013 across the three bf16 variants (0.026 above fp32's). bf16 weights
-also halve the base model's memory. So TRL's `bf16=True` (accelerate's autocast; it works with PEFT
-and both TRL trainers on torch 2.13's CPU) stays off and the base is loaded in bf16 instead.
+.grad (each backward's share computed in bf16, summed in fp32), the AdamW state and the saved
+adapter (the same fp32 safetensors in either dtype, which `whale.train.lora_gguf` converts). The
+loss (cross-entropy) is taken in fp32 on the bf16 logits. (Until issue 25's second measurement, on a
+Xeon with AMX, the low-rank path ran in fp32 as PEFT does by default; the copies of the activations
+that took were about a third of a bf16 step.) No autocast, by measurement (`python -m
+benchmarks.rsft_throughput --model-dir <0.5B> --examples 4 --batch-size 2 --arms
+fp32,bf16,autocast,bf16-autocast --threads 1`, a 2-core EPYC with avx512_bf16, shared; CPU time of
+the gradient steps, best of 2): fp32 14.6 s; autocast over fp32 weights 10.2 s (1.43x: autocast
+casts the frozen weights again on every forward, its cast cache keeps only leaf tensors that require
+grad, and a micro batch of one example does too little arithmetic to hide that copy); bf16 weights
+8.65 s (1.68x); bf16 weights under autocast 8.2 s (1.78x, but slower by wall clock, 13.9 against
+13.2 s: the gain is the small LoRA matmuls, within what runs vary) at the price of computing the
+trained weights' gradients in bf16 (a price the bf16 arm pays too since `lora_in_base_dtype`). The
+loss after the 2 steps was within 0.0013 across the three bf16 variants (0.026 above fp32's). bf16
+weights also halve the base model's memory. So TRL's `bf16=True` (accelerate's autocast; it works
+with PEFT and both TRL trainers on torch 2.13's CPU) stays off and the base is loaded in bf16
+instead.
 """
 
 from __future__ import annotations
@@ -142,24 +144,36 @@ def lora_in_base_dtype(model: Any) -> int:
     from 1.78-1.82x to 1.98x faster than fp32, and it is 2.61x on 710-token and 3.08x on
     1,500-token examples (`python -m benchmarks.rsft_throughput --model-dir <0.5B> --examples 4
     --batch-size 2 --arms fp32,bf16 --threads 1 [--words 500,150]`, docs/measurements.md).
-    What stays fp32: the LoRA weights, their gradients (the cast's backward converts them), the
-    AdamW state and the saved adapter, so a lr of 1e-6 still moves them. What changes: the
-    low-rank path's activations and their gradients are bf16, as under autocast.
+    What stays fp32: the LoRA weights, their .grad (summed in fp32 over micro batches), the
+    AdamW state and the saved adapter, so a lr of 1e-6 still moves them. What changes, as under
+    autocast: the low-rank path's activations and their gradients are bf16, and so is each
+    backward's gradient of a LoRA weight (a bf16 matmul; the cast's backward only widens it, to
+    a value bf16 holds exactly). On the tiny model one step's LoRA gradients were 0.0078 from
+    fp32's (relative L2), 0.0076 with PEFT's fp32 path: the bf16 base dominates either way.
     Not covered: PEFT's LoRA variants (DoRA and the like) and non-Linear LoRA layers keep PEFT's
-    own casts; whale trains neither."""
+    own casts; whale trains neither. PEFT before 0.16 has no `lora_variant` (its DoRA is the
+    `use_dora` flag), and before 0.15 no switch for the input cast: there the low-rank path
+    still computes in fp32 (the cast weights are fp32 already), as PEFT does by default."""
     import torch
     from peft.tuners.lora.layer import Linear as LoraLinear
 
     cast = _cast_linear()
     n = 0
     for m in model.modules():
-        if isinstance(m, LoraLinear) and not m.lora_variant:
+        if isinstance(m, LoraLinear) and not _variant(m):
             m.cast_input_dtype_enabled = False  # PEFT's switch for the input cast
             for lin in [*m.lora_A.values(), *m.lora_B.values()]:
                 if type(lin) is torch.nn.Linear:
                     lin.__class__ = cast  # same parameters and state dict; another forward
             n += 1
     return n
+
+
+def _variant(layer: Any) -> bool:
+    """Whether a LoRA layer holds an adapter of a variant (DoRA, aLoRA, ...) for any adapter:
+    `lora_variant` from PEFT 0.16 on, the `use_dora` flags before it."""
+    dora = getattr(layer, "use_dora", {})
+    return bool(getattr(layer, "lora_variant", None)) or any(dora.values())
 
 
 @functools.cache
@@ -174,4 +188,13 @@ def _cast_linear() -> type:
             bias = None if self.bias is None else self.bias.to(x.dtype)
             return F.linear(x, self.weight.to(x.dtype), bias)
 
+    CastLinear.__module__, CastLinear.__qualname__ = __name__, "CastLinear"  # pickle finds it
     return CastLinear
+
+
+def __getattr__(name: str) -> Any:
+    """`CastLinear`, made on first use (torch is imported lazily here): so that a model holding
+    it pickles (torch.save of the whole model) and unpickles in a fresh process."""
+    if name == "CastLinear":
+        return _cast_linear()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
