@@ -20,7 +20,9 @@ Arms (`--arms`, run in turn, the order reversed every repeat): `fp32` and `bf16`
 `LoraTrainer` with `sft.dtype` "fp32" / "bf16" (bf16 = frozen base weights in bf16, LoRA
 weights fp32: whale.train.precision); `autocast` (fp32 weights under
 `torch.autocast("cpu", bfloat16)`) and `bf16-autocast` (bf16 weights under autocast) are the
-alternatives the choice was measured against; `trl` is TRL's `SFTTrainer` in fp32. Printed: per
+alternatives the choice was measured against (before `lora_in_base_dtype`: since, both bf16 arms
+compute the LoRA path in bf16, so the figures quoted for them in whale.train.precision describe
+the arms as they were); `trl` is TRL's `SFTTrainer` in fp32. Printed: per
 arm the best wall time of the pass (all of it is gradient steps: forward, backward, AdamW) and
 the best CPU time of this process over it (steadier than wall time on a shared machine), the
 pass's loss and the loss after the pass (`LoraTrainer.loss`, no dropout, in the arm's dtype);
@@ -278,6 +280,8 @@ def main() -> None:
     words = None
     if args.words:
         q, _, a = args.words.partition(",")
+        if not (q.isdigit() and a.isdigit()):
+            ap.error(f"--words: PROMPT,COMPLETION word counts, e.g. 500,150; not {args.words!r}")
         words = (int(q), int(a))
     examples = make_examples(tok, n, words=words)
     tokens = sum(trained_positions(e) for e in examples)

@@ -153,7 +153,10 @@ def lora_in_base_dtype(model: Any) -> int:
     Not covered: PEFT's LoRA variants (DoRA and the like) and non-Linear LoRA layers keep PEFT's
     own casts; whale trains neither. PEFT before 0.16 has no `lora_variant` (its DoRA is the
     `use_dora` flag), and before 0.15 no switch for the input cast: there the low-rank path
-    still computes in fp32 (the cast weights are fp32 already), as PEFT does by default."""
+    still computes in fp32 (the cast weights are fp32 already), as PEFT does by default.
+    Call it after every adapter is added: an adapter added later (`add_adapter`, `load_adapter`)
+    has plain fp32 layers, which fail on the bf16 input this leaves uncast (TRL adds its "ref"
+    adapter in the trainer's constructor, before the three trainers call this)."""
     import torch
     from peft.tuners.lora.layer import Linear as LoraLinear
 
