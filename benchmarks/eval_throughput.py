@@ -11,7 +11,8 @@ Target (issue 25): >= 0.85 of ideal at 16 workers, >= 0.9 at 4.
 helper, ... at each worker count), each with its median over `--repeats`: a launcher of
 whale.harness.launcher ("helper", "chain", "preexec", "auto"), and "+scan" to scan /proc at
 every uid taken, as whale did before the pool's clean marks (issue 25): "chain+scan" is the
-start as it was before issue 25.
+start as it was before issue 25. A sandbox kind may come first: "nsjail:auto,bwrap:auto"
+compares the two jails.
 
 CPU per rollout: "own" is every process of this benchmark (whale's, the jails, the stub server;
 the benchmark moves itself into a cgroup v1 `cpuacct` group of its own where it can, else "-"),
@@ -105,8 +106,9 @@ def one_arm(
     arm: str, model: OpenAICompatible, source: str, w: int, args: argparse.Namespace,
     group: str | None,
 ) -> Measured:  # fmt: skip
-    launch, _, extra = arm.partition("+")
-    sandbox = Sandbox(launch=launch)  # type: ignore[arg-type]
+    kind, _, rest = arm.rpartition(":")
+    launch, _, extra = rest.partition("+")
+    sandbox = Sandbox(kind or "auto", launch=launch)  # type: ignore[arg-type]
     rt = Runtime(model=model, warm=2 * w if args.warm else 0, sandbox=sandbox)
     task = load_task("rg:basic_arithmetic", size=w * args.per_worker, seed=w)
     scan = _ScanEveryTake(uids.POOL) if extra == "scan" else None

@@ -2,7 +2,8 @@
 
 Each request takes the next behaviour from `script` (the last one repeats): ("ok", text),
 ("tool", name, arguments) a function call,
-("status", code, message), ("sleep", seconds, text), ("close",) which drops the connection.
+("status", code, message), ("sleep", seconds, text), ("close",) which drops the connection,
+("json", value) a 200 whose body is that JSON value, whatever it is.
 A request with `return_token_ids` gets made-up ids back, where vLLM puts them. A request with
 `n` > 1 gets n choices, "TEXT#i"; with `n_probs`, each choice i gets i + 1 token logprobs (as
 llama-server sends them).
@@ -87,6 +88,9 @@ class StubServer:
                 if kind == "status":
                     self._send(step[1], {"error": {"message": step[2], "type": "error"}})
                     return
+                if kind == "json":
+                    self._send(200, step[1])
+                    return
                 if kind == "sleep":
                     time.sleep(step[1])
                 if kind == "tool":  # ("tool", name, arguments dict): an OpenAI function call
@@ -150,7 +154,7 @@ class StubServer:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def _send(self, code: int, obj: dict[str, Any]) -> None:
+            def _send(self, code: int, obj: Any) -> None:
                 data = json.dumps(obj).encode()
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")

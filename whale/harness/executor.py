@@ -49,6 +49,7 @@ class LocalPool:
     ) -> Generator[tuple[int, Trajectory], None, None]:
         pool = ThreadPoolExecutor(max_workers=max(1, workers))
         futures: dict[Any, int] = {}
+        runtime.expect_runs(len(rollouts))
         try:
             for i, r in enumerate(rollouts):
                 futures[pool.submit(runtime.run, source, r.prompt, r.question_id, retriever)] = i

@@ -18,6 +18,7 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
+import whale.harness.cgroups as cgroups
 from whale.errors import WhaleError
 from whale.harness.broker import Retriever, run_harness
 from whale.harness.budget import Budget, Limits, PythonToolLimits
@@ -124,14 +125,27 @@ class Runtime:
         if self.warm <= 0:
             return self._spawn()
         if self._pool is None:
-            self._pool = WorkerPool(self._spawn, self.warm,
-                                    fillers=min(4, os.cpu_count() or 1))  # fmt: skip
-            atexit.register(self._pool.close)
+            self._new_pool()
         pool = self._pool
+        assert pool is not None
         w = pool.take()
         if self._cancelled:  # cancel() came while this pool was being made: stop its fillers
             pool.close()
         return w
+
+    def expect_runs(self, runs: int) -> None:
+        """`runs` more runs are coming (an executor that knows how many): the warm pool starts
+        no more workers than that (pool.py). Optional; without it the pool keeps `warm`."""
+        if self.warm <= 0 or self._cancelled:
+            return
+        if self._pool is None:
+            self._new_pool()
+        assert self._pool is not None
+        self._pool.expect(runs)
+
+    def _new_pool(self) -> None:
+        self._pool = WorkerPool(self._spawn, self.warm, fillers=min(4, os.cpu_count() or 1))
+        atexit.register(self._pool.close)
 
     def tool_backend(self) -> ToolBackend | None:
         """The host of the user's tools (None: this Runtime has none); its process starts on
@@ -164,6 +178,7 @@ class Runtime:
         close = getattr(self.executor, "close", None)
         if close is not None:
             close()
+        cgroups.flush()  # the run folders still queued for removal (cgroups.remove_later)
 
     def _close_pool(self) -> None:
         if self._pool is not None:

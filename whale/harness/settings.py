@@ -26,7 +26,7 @@ RAY_REFUSAL = ("user tools run in a tools process on this machine, which Ray act
 
 @dataclass
 class RuntimeConfig:
-    # "auto" (nsjail, else bubblewrap, else refuse), "nsjail", "bwrap"; "unsafe" only
+    # "auto" (bubblewrap unless setuid, else nsjail, else refuse), "nsjail", "bwrap"; "unsafe" only
     # through --unsafe-no-sandbox.
     sandbox: SandboxKind = "auto"
     budget: Budget = field(default_factory=Budget)

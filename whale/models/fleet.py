@@ -45,8 +45,6 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-import openai
-
 from whale.models.base import (
     Completion,
     ContextOverflow,
@@ -57,7 +55,7 @@ from whale.models.base import (
     ModelUnreachable,
     Sampling,
 )
-from whale.models.openai_compat import OpenAICompatible
+from whale.models.openai_compat import OpenAICompatible, StatusError
 
 MAX_ENDPOINTS = 256
 MAX_URL_CHARS = 2000
@@ -100,7 +98,7 @@ class _Endpoint(OpenAICompatible):
     def _once(self, messages: list[Message], sampling: Sampling, timeout: float) -> Completion:
         try:
             return super()._once(messages, sampling, timeout)
-        except openai.APIStatusError as e:
+        except StatusError as e:
             self._seen.status = e.status_code
             raise
 
@@ -112,8 +110,8 @@ class _Endpoint(OpenAICompatible):
     def probe(self, timeout: float) -> str | None:
         """None when `GET {base}/models` answers 200, else what went wrong."""
         try:
-            self._client.models.list(timeout=timeout)
-        except openai.APIStatusError as e:
+            self._get("models", timeout)
+        except StatusError as e:
             return f"probe answered {e.status_code}"
         except Exception as e:  # connection errors; a client closed under the probe
             return f"probe failed: {e.__cause__ or e}"
