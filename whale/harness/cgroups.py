@@ -153,8 +153,8 @@ class RunGroup:
     def kill(self) -> None:
         """SIGKILL to everything in the run's cgroup (v2 `cgroup.kill`). A group already empty
         (most runs: the jail's init died and took its PID namespace with it) is left alone:
-        the write waits on the kernel's cgroup locks even then, 8.6 ms of wall time per run
-        by the median here (python -m benchmarks.run_latency), in every run's path."""
+        the write takes the kernel's cgroup mutex even then, and waits while other jails
+        join their cgroups (below: `remove_later`)."""
         if self.kill_file is not None and not self.empty():
             try:
                 _write(self.kill_file, "1")
@@ -200,11 +200,12 @@ class RunGroup:
 
 # -- folders removed off the run's path --------------------------------------------------------
 # An rmdir takes the kernel's cgroup mutex, which a jail being started elsewhere (a warm pool's
-# filler) holds while it joins its cgroups, each join waiting for an RCU grace period. In a
-# run's path that was 8.9 ms of wall time per run by the median (python -m
-# benchmarks.run_latency), after the run was over: its group seen empty, its uid given back.
-# So the folders go on a thread of their own. A clean exit waits for them (atexit, `flush`);
-# those of a whale killed meanwhile are removed by the next whale process (reap_stale).
+# filler) holds while it joins its cgroups, each join waiting for an RCU grace period. Timed by
+# hand in a run's path, that was about 9 ms of the 17.7 ms a run took past its model's time
+# (the median of `python -m benchmarks.run_latency`, whose "before" arm puts it back), after
+# the run was over: its group seen empty, its uid given back. So the folders go on a thread of
+# their own. A clean exit waits for them (atexit, `flush`); those of a whale killed meanwhile
+# are removed by the next whale process (reap_stale).
 _SWEEP = threading.Condition()
 _PENDING: list[list[str]] = []
 _SWEEPER: list[threading.Thread] = []
