@@ -219,7 +219,10 @@ class OpenAICompatible:
             raise _Unreachable(str(e) or type(e).__name__) from None
         if not r.is_success:
             raise StatusError(r.status_code, _error_message(r))
-        out = r.json()
+        try:
+            out = r.json()
+        except RecursionError:  # JSON nested deeper than Python's stack: not a completion
+            raise ValueError("JSON nested too deep") from None
         if not isinstance(out, dict):
             raise TypeError(f"a JSON {type(out).__name__}, not an object")
         return out
@@ -386,7 +389,7 @@ def _error_message(r: httpx.Response) -> str:
     text = r.text.strip()
     try:
         body = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than Python's stack
         return (text or f"Error code: {r.status_code}")[:500]
     inner = body.get("error", body) if isinstance(body, dict) else body
     if isinstance(inner, dict) and inner.get("message"):
