@@ -242,3 +242,20 @@ def test_a_reply_nested_past_the_recursion_limit_is_the_servers_fault(code):
             OpenAICompatible("m", s.base_url, retries=1, backoff_s=0.01).chat(MSG, Sampling())
     assert s.requests == 2  # retried, as any reply that is not a chat completion
 
+
+
+def test_a_reply_sent_a_byte_at_a_time_is_bounded_by_the_calls_timeout():
+    body = b'{"choices": [{"message": {"content": "late"}}]}' + b" " * 200
+
+    def reply(conn):
+        conn.sendall(_head(200, len(body)))
+        for b in body:  # each byte well within a read timeout: only the whole call's ends it
+            conn.sendall(bytes([b]))
+            time.sleep(0.05)
+
+    with _RawServer(reply) as s:
+        t = time.monotonic()
+        with pytest.raises(ModelTimeout):
+            OpenAICompatible("m", s.base_url, retries=0).chat(MSG, Sampling(), timeout=1.0)
+        assert time.monotonic() - t < 2.5
+

@@ -211,16 +211,9 @@ class OpenAICompatible:
         # ASCII JSON: a lone surrogate a harness wrote goes as its escape, not as bytes that
         # are not UTF-8.
         data = json.dumps(body, separators=(",", ":"), allow_nan=False).encode("ascii")
+        content = self._send("POST", path, timeout, data)
         try:
-            r = self._http.post(path, content=data, timeout=timeout)
-        except httpx.TimeoutException:
-            raise _Timeout(f"no reply within {timeout:.1f} s") from None
-        except Exception as e:  # noqa: BLE001 - every failure to be answered (a closed pool too)
-            raise _Unreachable(str(e) or type(e).__name__) from None
-        if not r.is_success:
-            raise StatusError(r.status_code, _error_message(r))
-        try:
-            out = r.json()
+            out = json.loads(content)
         except RecursionError:  # JSON nested deeper than Python's stack: not a completion
             raise ValueError("JSON nested too deep") from None
         if not isinstance(out, dict):
@@ -229,14 +222,32 @@ class OpenAICompatible:
 
     def _get(self, path: str, timeout: float) -> None:
         """GET `{base}/{path}`: StatusError, _Timeout, _Unreachable unless it answers 2xx."""
+        self._send("GET", path, timeout)
+
+    def _send(self, method: str, path: str, timeout: float, data: bytes | None = None) -> bytes:
+        """The body of a 2xx reply, read whole within `timeout` (httpx's timeouts bound each
+        read, not the reply: a server that sends a byte now and then would hold the call, and
+        the run's clock, for ever; the headers are still bounded by the read timeout only);
+        StatusError for any other status, _Timeout, _Unreachable."""
+        deadline = time.monotonic() + timeout
         try:
-            r = self._http.get(path, timeout=timeout)
+            with self._http.stream(method, path, content=data, timeout=timeout) as r:
+                body = bytearray()
+                for chunk in r.iter_bytes():
+                    body += chunk
+                    if time.monotonic() > deadline:
+                        raise _Timeout(f"no whole reply within {timeout:.1f} s")
+        except _Timeout:
+            raise
         except httpx.TimeoutException:
             raise _Timeout(f"no reply within {timeout:.1f} s") from None
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 - every failure to be answered (a closed pool too)
             raise _Unreachable(str(e) or type(e).__name__) from None
         if not r.is_success:
-            raise StatusError(r.status_code, _error_message(r))
+            kind = {"content-type": r.headers.get("content-type", "")}
+            read = httpx.Response(r.status_code, headers=kind, content=bytes(body))
+            raise StatusError(r.status_code, _error_message(read))
+        return bytes(body)
 
     def _once(self, messages: list[Message], sampling: Sampling, timeout: float) -> Completion:
         r = self._post("chat/completions", self._body(messages, sampling, {}), timeout)
