@@ -259,3 +259,16 @@ def test_a_reply_sent_a_byte_at_a_time_is_bounded_by_the_calls_timeout():
             OpenAICompatible("m", s.base_url, retries=0).chat(MSG, Sampling(), timeout=1.0)
         assert time.monotonic() - t < 2.5
 
+
+def test_a_reply_over_the_size_limit_is_refused_not_held(monkeypatch):
+    import whale.models.openai_compat as oc
+
+    monkeypatch.setattr(oc, "REPLY_BYTES", 1 << 20)
+    body = b'{"choices": [{"message": {"content": "' + b"x" * (4 << 20) + b'"}}]}'
+
+    def reply(conn):
+        conn.sendall(_head(200, len(body)) + body)
+
+    with _RawServer(reply) as s:
+        with pytest.raises(ModelError, match="over 1048576 bytes"):
+            OpenAICompatible("m", s.base_url, retries=0).chat(MSG, Sampling())

@@ -40,6 +40,9 @@ from whale.models.base import (
 
 R = TypeVar("R")
 
+# The longest reply body read (also of an error): a server's reply is held whole in memory.
+REPLY_BYTES = 64 << 20
+
 _CONTEXT_WORDS = ("context length", "context window", "maximum context", "too many tokens",
                   "exceed context", "context_length", "context size")  # fmt: skip
 
@@ -228,16 +231,19 @@ class OpenAICompatible:
         """The body of a 2xx reply, read whole within `timeout` (httpx's timeouts bound each
         read, not the reply: a server that sends a byte now and then would hold the call, and
         the run's clock, for ever; the headers are still bounded by the read timeout only);
-        StatusError for any other status, _Timeout, _Unreachable."""
+        StatusError for any other status, _Timeout, _Unreachable; ValueError for a body over
+        REPLY_BYTES (the server's fault)."""
         deadline = time.monotonic() + timeout
         try:
             with self._http.stream(method, path, content=data, timeout=timeout) as r:
                 body = bytearray()
                 for chunk in r.iter_bytes():
                     body += chunk
+                    if len(body) > REPLY_BYTES:
+                        raise _TooBig(f"a reply over {REPLY_BYTES} bytes")
                     if time.monotonic() > deadline:
                         raise _Timeout(f"no whole reply within {timeout:.1f} s")
-        except _Timeout:
+        except (_Timeout, _TooBig):
             raise
         except httpx.TimeoutException:
             raise _Timeout(f"no reply within {timeout:.1f} s") from None
@@ -325,6 +331,10 @@ class StatusError(Exception):
     def __init__(self, status_code: int, message: str) -> None:
         super().__init__(f"{status_code}: {message}")
         self.status_code, self.message = status_code, message
+
+
+class _TooBig(ValueError):
+    """A reply longer than REPLY_BYTES."""
 
 
 class _Timeout(Exception):
