@@ -83,3 +83,27 @@ def test_without_announcements_the_pool_keeps_its_size():
         assert len(pool._idle) == 4
     finally:
         pool.close()
+
+
+def test_a_cancel_that_lands_while_runs_are_announced_leaves_no_pool_filling():
+    """cancel() from a signal handler (Ctrl-C) runs between any two lines of the main thread:
+    here between expect_runs' check and the pool it makes."""
+    from whale.harness.runtime import Runtime
+
+    rt = Runtime(model=None, warm=3)
+    started: list[_Fake] = []
+    rt._spawn = lambda: started.append(_Fake()) or started[-1]  # type: ignore[method-assign]
+    make = rt._new_pool
+
+    def cancelled_first() -> None:
+        rt.cancel()
+        make()
+
+    rt._new_pool = cancelled_first  # type: ignore[method-assign]
+    try:
+        rt.expect_runs(5)
+        time.sleep(0.3)
+        assert all(w.discarded for w in started)  # none kept, or none started at all
+        assert rt._pool is None or rt._pool._closed
+    finally:
+        rt.close()

@@ -140,8 +140,11 @@ class Runtime:
             return
         if self._pool is None:
             self._new_pool()
-        assert self._pool is not None
-        self._pool.expect(runs)
+        pool = self._pool
+        assert pool is not None
+        pool.expect(runs)
+        if self._cancelled:  # cancel() came while this pool was being made: stop its fillers
+            pool.close()
 
     def _new_pool(self) -> None:
         self._pool = WorkerPool(self._spawn, self.warm, fillers=min(4, os.cpu_count() or 1))
