@@ -272,3 +272,20 @@ def test_a_reply_over_the_size_limit_is_refused_not_held(monkeypatch):
     with _RawServer(reply) as s:
         with pytest.raises(ModelError, match="over 1048576 bytes"):
             OpenAICompatible("m", s.base_url, retries=0).chat(MSG, Sampling())
+
+
+def test_a_redirect_is_followed_as_the_openai_sdk_did():
+    ok = b'{"choices": [{"message": {"content": "moved"}, "finish_reason": "stop"}]}'
+    seen = []
+
+    def reply(conn):
+        seen.append(1)
+        if len(seen) == 1:  # a proxy that moved the API: method and body kept (307)
+            conn.sendall(b"HTTP/1.1 307 Moved\r\nLocation: /v2/chat/completions\r\n"
+                         b"Content-Length: 0\r\nConnection: close\r\n\r\n")  # fmt: skip
+        else:
+            conn.sendall(_head(200, len(ok)) + ok)
+
+    with _RawServer(reply) as s:
+        c = OpenAICompatible("m", s.base_url, retries=0).chat(MSG, Sampling())
+    assert c.text == "moved" and len(seen) == 2

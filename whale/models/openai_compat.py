@@ -80,6 +80,9 @@ class OpenAICompatible:
                      "Accept": "application/json"},
             timeout=timeout_s,
             limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100),
+            # As the SDK's client: a server moved behind a redirect still answers (httpx drops
+            # the key on one to another origin).
+            follow_redirects=True,
         )  # fmt: skip
         self._rng = random.Random(0)
         self._lock = threading.Lock()
