@@ -83,3 +83,69 @@ def test_without_announcements_the_pool_keeps_its_size():
         assert len(pool._idle) == 4
     finally:
         pool.close()
+
+
+def test_a_cancel_that_lands_while_runs_are_announced_leaves_no_pool_filling():
+    """cancel() from a signal handler (Ctrl-C) runs between any two lines of the main thread:
+    here between expect_runs' check and the pool it makes."""
+    from whale.harness.runtime import Runtime
+
+    rt = Runtime(model=None, warm=3)
+    started: list[_Fake] = []
+    rt._spawn = lambda: started.append(_Fake()) or started[-1]  # type: ignore[method-assign]
+    make = rt._new_pool
+
+    def cancelled_first() -> None:
+        rt.cancel()
+        make()
+
+    rt._new_pool = cancelled_first  # type: ignore[method-assign]
+    try:
+        rt.expect_runs(5)
+        time.sleep(0.3)
+        assert all(w.discarded for w in started)  # none kept, or none started at all
+        assert rt._pool is None or rt._pool._closed
+    finally:
+        rt.close()
+
+
+def test_concurrent_first_calls_make_one_pool_not_orphans(monkeypatch):
+    """Two evaluations announcing their runs at once (or the first takes of many run threads):
+    a pool made twice leaves one no Runtime holds, its workers kept until exit."""
+    import whale.harness.runtime as runtime_mod
+    from whale.harness.runtime import Runtime
+
+    made: list[WorkerPool[_Fake]] = []
+
+    class SlowPool(WorkerPool[_Fake]):
+        def __init__(self, *a, **kw) -> None:
+            time.sleep(0.05)  # the window between `_pool is None` and its assignment, widened
+            super().__init__(*a, **kw)
+            made.append(self)
+
+    monkeypatch.setattr(runtime_mod, "WorkerPool", SlowPool)
+    rt = Runtime(model=None, warm=2)
+    started: list[_Fake] = []
+    lock = threading.Lock()
+
+    def spawn() -> _Fake:
+        with lock:
+            started.append(_Fake())
+            return started[-1]
+
+    rt._spawn = spawn  # type: ignore[method-assign]
+    go = threading.Barrier(3)
+
+    def announce() -> None:
+        go.wait()
+        rt.expect_runs(2)
+
+    threads = [threading.Thread(target=announce) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    rt.close()
+    time.sleep(0.2)
+    assert len(made) == 1
+    assert all(w.discarded for w in started)

@@ -179,3 +179,113 @@ def test_the_error_message_is_what_the_server_said_whatever_its_body(body, said)
     from whale.models.openai_compat import _error_message
 
     assert _error_message(httpx.Response(502, content=body)) == said
+
+
+class _RawServer:
+    """One-shot HTTP replies written by hand: `reply(conn)` answers each request."""
+
+    def __init__(self, reply):
+        import socket
+        import threading
+
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.reply, self.requests = reply, 0
+        self.base_url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        import threading
+
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.requests += 1
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn):
+        data = b""
+        with conn:
+            try:
+                while b"\r\n\r\n" not in data:
+                    data += conn.recv(65536)
+                head, _, body = data.partition(b"\r\n\r\n")
+                size = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+                while len(body) < size:
+                    body += conn.recv(65536)
+                self.reply(conn)
+            except OSError:
+                pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.sock.close()
+
+
+def _head(code: int, size: int) -> bytes:
+    return (f"HTTP/1.1 {code} X\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {size}\r\nConnection: close\r\n\r\n").encode()  # fmt: skip
+
+
+@pytest.mark.parametrize("code", [200, 500])
+def test_a_reply_nested_past_the_recursion_limit_is_the_servers_fault(code):
+    body = b"[" * 100_000 + b"]" * 100_000
+
+    def reply(conn):
+        conn.sendall(_head(code, len(body)) + body)
+
+    with _RawServer(reply) as s:
+        with pytest.raises(ModelError, match="not a chat completion|answered 500"):
+            OpenAICompatible("m", s.base_url, retries=1, backoff_s=0.01).chat(MSG, Sampling())
+    assert s.requests == 2  # retried, as any reply that is not a chat completion
+
+
+
+def test_a_reply_sent_a_byte_at_a_time_is_bounded_by_the_calls_timeout():
+    body = b'{"choices": [{"message": {"content": "late"}}]}' + b" " * 200
+
+    def reply(conn):
+        conn.sendall(_head(200, len(body)))
+        for b in body:  # each byte well within a read timeout: only the whole call's ends it
+            conn.sendall(bytes([b]))
+            time.sleep(0.05)
+
+    with _RawServer(reply) as s:
+        t = time.monotonic()
+        with pytest.raises(ModelTimeout):
+            OpenAICompatible("m", s.base_url, retries=0).chat(MSG, Sampling(), timeout=1.0)
+        assert time.monotonic() - t < 2.5
+
+
+def test_a_reply_over_the_size_limit_is_refused_not_held(monkeypatch):
+    import whale.models.openai_compat as oc
+
+    monkeypatch.setattr(oc, "REPLY_BYTES", 1 << 20)
+    body = b'{"choices": [{"message": {"content": "' + b"x" * (4 << 20) + b'"}}]}'
+
+    def reply(conn):
+        conn.sendall(_head(200, len(body)) + body)
+
+    with _RawServer(reply) as s:
+        with pytest.raises(ModelError, match="over 1048576 bytes"):
+            OpenAICompatible("m", s.base_url, retries=0).chat(MSG, Sampling())
+
+
+def test_a_redirect_is_followed_as_the_openai_sdk_did():
+    ok = b'{"choices": [{"message": {"content": "moved"}, "finish_reason": "stop"}]}'
+    seen = []
+
+    def reply(conn):
+        seen.append(1)
+        if len(seen) == 1:  # a proxy that moved the API: method and body kept (307)
+            conn.sendall(b"HTTP/1.1 307 Moved\r\nLocation: /v2/chat/completions\r\n"
+                         b"Content-Length: 0\r\nConnection: close\r\n\r\n")  # fmt: skip
+        else:
+            conn.sendall(_head(200, len(ok)) + ok)
+
+    with _RawServer(reply) as s:
+        c = OpenAICompatible("m", s.base_url, retries=0).chat(MSG, Sampling())
+    assert c.text == "moved" and len(seen) == 2

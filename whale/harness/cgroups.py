@@ -217,11 +217,15 @@ def remove_later(group: RunGroup) -> None:
     if not dirs:
         return
     with _SWEEP:
-        _PENDING.append(dirs)
         if not _SWEEPER or not _SWEEPER[0].is_alive():
-            _SWEEPER[:] = [threading.Thread(target=_sweep, name="whale-cgroup-sweeper",
-                                            daemon=True)]  # fmt: skip
-            _SWEEPER[0].start()
+            t = threading.Thread(target=_sweep, name="whale-cgroup-sweeper", daemon=True)
+            try:
+                t.start()
+            except RuntimeError:  # no new thread at interpreter shutdown (Python >= 3.12)
+                RunGroup(dirs=dirs).remove()  # an atexit handler's (a warm pool's close)
+                return
+            _SWEEPER[:] = [t]
+        _PENDING.append(dirs)
         _SWEEP.notify_all()
 
 

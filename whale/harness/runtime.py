@@ -110,6 +110,9 @@ class Runtime:
     _tool_host: ToolHost | None = field(default=None, init=False, repr=False, compare=False)
     _tool_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False,
                                        compare=False)  # fmt: skip
+    # Held while the warm pool is made (cancel() does not take it: it only closes the pool).
+    _pool_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False,
+                                       compare=False)  # fmt: skip
 
     def __post_init__(self) -> None:
         r, w = os.pipe()
@@ -124,9 +127,10 @@ class Runtime:
     def _take_worker(self) -> Worker:
         if self.warm <= 0:
             return self._spawn()
-        if self._pool is None:
-            self._new_pool()
-        pool = self._pool
+        with self._pool_lock:  # one pool, however many runs ask for their first worker at once
+            if self._pool is None:
+                self._new_pool()
+            pool = self._pool
         assert pool is not None
         w = pool.take()
         if self._cancelled:  # cancel() came while this pool was being made: stop its fillers
@@ -138,10 +142,14 @@ class Runtime:
         no more workers than that (pool.py). Optional; without it the pool keeps `warm`."""
         if self.warm <= 0 or self._cancelled:
             return
-        if self._pool is None:
-            self._new_pool()
-        assert self._pool is not None
-        self._pool.expect(runs)
+        with self._pool_lock:
+            if self._pool is None:
+                self._new_pool()
+            pool = self._pool
+        assert pool is not None
+        pool.expect(runs)
+        if self._cancelled:  # cancel() came while this pool was being made: stop its fillers
+            pool.close()
 
     def _new_pool(self) -> None:
         self._pool = WorkerPool(self._spawn, self.warm, fillers=min(4, os.cpu_count() or 1))

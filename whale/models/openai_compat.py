@@ -40,6 +40,9 @@ from whale.models.base import (
 
 R = TypeVar("R")
 
+# The longest reply body read (also of an error): a server's reply is held whole in memory.
+REPLY_BYTES = 64 << 20
+
 _CONTEXT_WORDS = ("context length", "context window", "maximum context", "too many tokens",
                   "exceed context", "context_length", "context size")  # fmt: skip
 
@@ -77,6 +80,9 @@ class OpenAICompatible:
                      "Accept": "application/json"},
             timeout=timeout_s,
             limits=httpx.Limits(max_connections=1000, max_keepalive_connections=100),
+            # As the SDK's client: a server moved behind a redirect still answers (httpx drops
+            # the key on one to another origin).
+            follow_redirects=True,
         )  # fmt: skip
         self._rng = random.Random(0)
         self._lock = threading.Lock()
@@ -211,29 +217,46 @@ class OpenAICompatible:
         # ASCII JSON: a lone surrogate a harness wrote goes as its escape, not as bytes that
         # are not UTF-8.
         data = json.dumps(body, separators=(",", ":"), allow_nan=False).encode("ascii")
+        content = self._send("POST", path, timeout, data)
         try:
-            r = self._http.post(path, content=data, timeout=timeout)
-        except httpx.TimeoutException:
-            raise _Timeout(f"no reply within {timeout:.1f} s") from None
-        except Exception as e:  # noqa: BLE001 - every failure to be answered (a closed pool too)
-            raise _Unreachable(str(e) or type(e).__name__) from None
-        if not r.is_success:
-            raise StatusError(r.status_code, _error_message(r))
-        out = r.json()
+            out = json.loads(content)
+        except RecursionError:  # JSON nested deeper than Python's stack: not a completion
+            raise ValueError("JSON nested too deep") from None
         if not isinstance(out, dict):
             raise TypeError(f"a JSON {type(out).__name__}, not an object")
         return out
 
     def _get(self, path: str, timeout: float) -> None:
         """GET `{base}/{path}`: StatusError, _Timeout, _Unreachable unless it answers 2xx."""
+        self._send("GET", path, timeout)
+
+    def _send(self, method: str, path: str, timeout: float, data: bytes | None = None) -> bytes:
+        """The body of a 2xx reply, read whole within `timeout` (httpx's timeouts bound each
+        read, not the reply: a server that sends a byte now and then would hold the call, and
+        the run's clock, for ever; the headers are still bounded by the read timeout only);
+        StatusError for any other status, _Timeout, _Unreachable; ValueError for a body over
+        REPLY_BYTES (the server's fault)."""
+        deadline = time.monotonic() + timeout
         try:
-            r = self._http.get(path, timeout=timeout)
+            with self._http.stream(method, path, content=data, timeout=timeout) as r:
+                body = bytearray()
+                for chunk in r.iter_bytes():
+                    body += chunk
+                    if len(body) > REPLY_BYTES:
+                        raise _TooBig(f"a reply over {REPLY_BYTES} bytes")
+                    if time.monotonic() > deadline:
+                        raise _Timeout(f"no whole reply within {timeout:.1f} s")
+        except (_Timeout, _TooBig):
+            raise
         except httpx.TimeoutException:
             raise _Timeout(f"no reply within {timeout:.1f} s") from None
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:  # noqa: BLE001 - every failure to be answered (a closed pool too)
             raise _Unreachable(str(e) or type(e).__name__) from None
         if not r.is_success:
-            raise StatusError(r.status_code, _error_message(r))
+            kind = {"content-type": r.headers.get("content-type", "")}
+            read = httpx.Response(r.status_code, headers=kind, content=bytes(body))
+            raise StatusError(r.status_code, _error_message(read))
+        return bytes(body)
 
     def _once(self, messages: list[Message], sampling: Sampling, timeout: float) -> Completion:
         r = self._post("chat/completions", self._body(messages, sampling, {}), timeout)
@@ -313,6 +336,10 @@ class StatusError(Exception):
         self.status_code, self.message = status_code, message
 
 
+class _TooBig(ValueError):
+    """A reply longer than REPLY_BYTES."""
+
+
 class _Timeout(Exception):
     """No reply within the call's time."""
 
@@ -386,7 +413,7 @@ def _error_message(r: httpx.Response) -> str:
     text = r.text.strip()
     try:
         body = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than Python's stack
         return (text or f"Error code: {r.status_code}")[:500]
     inner = body.get("error", body) if isinstance(body, dict) else body
     if isinstance(inner, dict) and inner.get("message"):
