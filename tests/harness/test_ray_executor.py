@@ -15,7 +15,7 @@ import pytest
 from tests.fakes import ScriptedModel
 from tests.servers import StubServer
 from whale.evaluation import evaluate
-from whale.harness import Runtime, load_harness
+from whale.harness import Runtime, Sandbox, load_harness
 from whale.harness.executor import ExecutorUnavailable
 from whale.models import CachedModel, OpenAICompatible
 from whale.tasks import load_task
@@ -102,7 +102,8 @@ def test_a_sigkilled_driver_leaves_no_process_of_its_local_cluster():
         assert p.stdout is not None and p.stdout.readline() == "RUNNING\n"
         procs = descendants(p.pid)
         names = b" ".join(cmd for _, cmd in procs.values())
-        assert b"raylet" in names and b"ray::DashboardAgent" in names and b"nsjail" in names
+        jail = Sandbox().resolved().encode()  # the jail of the actor's run
+        assert b"raylet" in names and b"ray::DashboardAgent" in names and jail in names
         p.kill()
         p.wait()
         assert left_alive(procs, within_s=5) == []

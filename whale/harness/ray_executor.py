@@ -176,7 +176,7 @@ def describe_model(model: ChatModel | None) -> ModelSpec | None:
             f"OpenAI-compatible server (NAME@URL) or an embedded llama.cpp model; {name!r} "
             f"({type(inner).__name__}) runs only in this process: use executor.kind=local"
         )
-    key = getattr(getattr(client, "_client", None), "api_key", None)
+    key = client.api_key
     return ModelSpec(
         name=name, model=client.model, base_url=client.base_url, api_key=key,
         retries=client.retries, backoff_s=client.backoff_s, timeout_s=client.timeout_s,

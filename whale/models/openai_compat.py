@@ -72,6 +72,7 @@ class OpenAICompatible:
         key = (
             api_key or os.environ.get("WHALE_API_KEY") or os.environ.get("OPENAI_API_KEY") or "none"
         )
+        self.api_key = key  # what a Ray actor's own client is made with (ray_executor.py)
         # One pool (up to 1,000 connections, 100 kept alive, as the openai SDK's) serves our
         # concurrency.
         self._http = httpx.Client(
