@@ -80,7 +80,7 @@ def main() -> None:
                         t = time.perf_counter()
                         traj = rt.run(source, "What is 1 + 1?")
                         wall = time.perf_counter() - t
-                    assert traj.status == "ok", traj.error
+                    assert traj.status == "ok", (arm, traj.error, traj.stderr_tail)
                     if i >= 5:  # the first runs warm the pool and the caches
                         walls[arm].append(wall * 1e3)
             rt.close()

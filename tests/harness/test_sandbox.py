@@ -59,3 +59,39 @@ def test_unsafe_mode_still_applies_rlimits():
     src = "def run(q, env):\n    bytearray(8 * 1024**3)\n    return 'x'\n"
     t = Runtime(model=None, sandbox=Sandbox("unsafe")).run(src, "x")
     assert t.status == "error" and "MemoryError" in t.error
+
+
+def test_the_jails_mounts_are_the_same_whichever_threads_ask_first(monkeypatch):
+    """Before Python 3.12 sysconfig's first read is not thread-safe; the warm pool's fillers
+    ask for the mounts at once, and a jail was made without /usr/lib/<arch> (its interpreter
+    could not start). Here its table is made unread again and 8 threads ask together, with
+    the interpreter switching threads as often as it can."""
+    import sys
+    import sysconfig
+    import threading
+
+    want = sandbox.jail_mounts()
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(30):
+            monkeypatch.setattr(sysconfig, "_CONFIG_VARS", None)
+            sandbox._jail_mounts.cache_clear()
+            barrier, got, errors = threading.Barrier(8), [], []
+
+            def ask(barrier=barrier, got=got, errors=errors):
+                barrier.wait()
+                try:
+                    got.append(sandbox.jail_mounts())
+                except Exception as e:  # noqa: BLE001 - what the race raised
+                    errors.append(e)
+
+            threads = [threading.Thread(target=ask) for _ in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert not errors and set(got) == {want}
+    finally:
+        sys.setswitchinterval(old)
+        sandbox._jail_mounts.cache_clear()

@@ -127,8 +127,23 @@ def _under(path: str, folders: Sequence[str]) -> bool:
     return any(path == f or path.startswith(f.rstrip("/") + "/") for f in folders)
 
 
-@functools.cache
+# Before Python 3.12, sysconfig's first read is not thread-safe: a second thread sees its
+# table half-filled (no MULTIARCH), or it raises. A warm pool's fillers start their first jails
+# at once, and one jail was made without /usr/lib/<arch>: its interpreter could not start
+# ("cannot run .../python3.11: No such file or directory", exit 126, recorded as the harness's
+# crash). So the table is read here, at import, and the mounts are worked out under a lock.
+sysconfig.get_config_vars()
+_MOUNTS_LOCK = threading.Lock()
+
+
 def jail_mounts() -> Mounts:
+    """What the jail sees (the module's docstring), worked out once per process."""
+    with _MOUNTS_LOCK:
+        return _jail_mounts()
+
+
+@functools.cache
+def _jail_mounts() -> Mounts:
     links: list[tuple[str, str]] = []
     binds: list[str] = []
     for d in ("/bin", "/lib", "/lib64"):

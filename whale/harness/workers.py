@@ -8,6 +8,7 @@ import hashlib
 import os
 import py_compile
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,7 +46,8 @@ def _compiled(source: str, name: str) -> str:
     # /whale/worker.py, not where whale is installed on the host)
     path = root / f"{name}-{sys.version_info[0]}{sys.version_info[1]}-{digest}-j.pyc"
     if not path.exists():
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        # Per thread too: two fillers compiling at once must not write one file together.
+        tmp = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
         py_compile.compile(source, cfile=str(tmp), dfile=f"/whale/{name}.py", doraise=True)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
