@@ -33,6 +33,7 @@ import re
 from functools import cached_property
 from typing import Any
 
+import whale.tasks.rg_entries as rg_entries
 from whale.tasks.base import Grade, Question, TaskBase, UnknownTask
 from whale.tasks.expr_bounds import bounded_powers
 
@@ -169,10 +170,18 @@ class ReasoningGymTask(TaskBase):
             "and must return the final answer as a string, in the format the question asks for."
         )
 
+    @cached_property
+    def entries(self) -> list[Any]:
+        """The dataset's entries, the same in every process (rg_entries.py: some families'
+        generators follow the process's string hashing)."""
+        plain = json.loads(self._config_json)
+        if rg_entries.needs_child(self.family, plain):
+            return rg_entries.made_in_child(self.family, self.size, self.seed, plain)
+        return [self.dataset[i] for i in range(len(self.dataset))]
+
     def questions(self) -> list[Question]:
         out = []
-        for i in range(len(self.dataset)):
-            entry = self.dataset[i]
+        for i, entry in enumerate(self.entries):
             out.append(
                 Question(
                     id=f"rg:{self.family}:{self.seed}:{i}",

@@ -1,0 +1,53 @@
+"""Reasoning Gym questions are the same in every process: eight generators follow the
+process's string hashing (whale/tasks/rg_entries.py), so whale makes their entries in a child
+that hashes with seed 0."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from whale.tasks.rg_entries import HASH_DEPENDENT, needs_child
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+WHALE_QUESTIONS = """
+import hashlib, sys
+from whale.tasks import load_task
+t = load_task("rg:" + sys.argv[1], size=40, seed=3)
+print(hashlib.sha256("|".join(q.prompt for q in t.questions()).encode()).hexdigest())
+"""
+
+RAW_QUESTIONS = """
+import hashlib, sys, reasoning_gym
+ds = reasoning_gym.create_dataset(sys.argv[1], seed=3, size=40)
+print(hashlib.sha256("|".join(ds[i]["question"] for i in range(len(ds))).encode()).hexdigest())
+"""
+
+
+def _digest(code: str, family: str, hash_seed: str) -> str:
+    env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+    out = subprocess.run([sys.executable, "-c", code, family], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=300, check=True)  # fmt: skip
+    return out.stdout.strip()
+
+
+@pytest.mark.parametrize("family", ["isomorphic_strings", "ransom_note"])
+def test_whales_questions_do_not_follow_the_processs_hashing(family):
+    assert _digest(WHALE_QUESTIONS, family, "1") == _digest(WHALE_QUESTIONS, family, "2")
+
+
+@pytest.mark.parametrize("family", ["isomorphic_strings", "ransom_note"])
+def test_the_generators_themselves_still_do(family):
+    """Else the child is no longer needed for them (a newer reasoning_gym fixed them)."""
+    assert _digest(RAW_QUESTIONS, family, "1") != _digest(RAW_QUESTIONS, family, "2")
+
+
+def test_the_child_is_used_only_where_hashing_would_change_the_entries():
+    assert needs_child("ransom_note", {}) == (sys.flags.hash_randomization != 0)
+    assert not needs_child("gcd", {})
+    mixed = {"datasets": [{"name": "gcd"}, {"name": "word_ladder"}]}
+    assert needs_child("composite", mixed) == (sys.flags.hash_randomization != 0)
+    assert not needs_child("composite", {"datasets": [{"name": "gcd"}]})
+    assert len(HASH_DEPENDENT) == 8

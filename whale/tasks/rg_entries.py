@@ -1,0 +1,63 @@
+"""Reasoning Gym entries that are the same in every process.
+
+Eight generators of reasoning_gym 0.1.19 draw from their seeded RNG while iterating a set of
+strings (`rng.choice(list(self.letters))`), whose order follows the process's string hashing,
+random per process unless PYTHONHASHSEED is set. The same family, seed and size then gave other
+questions in another process: a stopped run could not be resumed ("the feedback split is not
+the one the run started with") and a rerun measured other questions. Measured by generating 30
+entries of every family (105) under PYTHONHASHSEED=1 and =2 and comparing them; the eight are
+`HASH_DEPENDENT`. Their entries are made in a child interpreter with PYTHONHASHSEED=0 (about
+2 s for the import, once per task object); every other family's in process, as before. Where
+this process's own hashing is seed 0 there is no child.
+
+Not covered: a generator that becomes hash-dependent in a later reasoning_gym (tests/tasks/
+test_rg_entries.py checks that the eight still are, and that whale's questions are not).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+from typing import Any
+
+HASH_DEPENDENT = frozenset({
+    "codeio", "intermediate_integration", "isomorphic_strings", "knight_swap",
+    "list_functions", "polynomial_multiplication", "ransom_note", "word_ladder",
+})  # fmt: skip
+
+_CHILD = """
+import json, pickle, sys
+from whale.tasks.rg import ReasoningGymTask
+family, size, seed, config = json.loads(sys.stdin.read())
+t = ReasoningGymTask(family, size=size, seed=seed, config=config)
+sys.stdout.buffer.write(pickle.dumps([t.dataset[i] for i in range(len(t.dataset))]))
+"""
+
+
+def needs_child(family: str, plain_config: dict[str, Any]) -> bool:
+    """Whether this process would make other entries than a process hashing with seed 0."""
+    if sys.flags.hash_randomization == 0:  # PYTHONHASHSEED=0: the child's own hashing
+        return False
+    if family == "composite":
+        specs = plain_config.get("datasets") or []
+        return any(isinstance(s, dict) and s.get("name") in HASH_DEPENDENT for s in specs)
+    return family in HASH_DEPENDENT
+
+
+def made_in_child(family: str, size: int, seed: int, plain_config: dict[str, Any]) -> list[Any]:
+    """The dataset's entries, made by a child interpreter that hashes with seed 0 (its own
+    code, not a harness's: what it sends back is unpickled as is)."""
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    p = subprocess.run(
+        [sys.executable, "-c", _CHILD],
+        input=json.dumps([family, size, seed, plain_config]).encode(),
+        capture_output=True, env=env, timeout=1800, check=False,
+    )  # fmt: skip
+    if p.returncode != 0:
+        tail = p.stderr.decode(errors="replace").strip().splitlines()[-3:]
+        raise RuntimeError(f"rg:{family}: making its questions failed: {' / '.join(tail)}")
+    entries: list[Any] = pickle.loads(p.stdout)
+    return entries
