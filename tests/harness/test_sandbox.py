@@ -1,6 +1,7 @@
 """Isolation is never silently skipped."""
 
 import shutil
+import socket
 
 import pytest
 
@@ -95,3 +96,29 @@ def test_the_jails_mounts_are_the_same_whichever_threads_ask_first(monkeypatch):
     finally:
         sys.setswitchinterval(old)
         sandbox._jail_mounts.cache_clear()
+
+
+RENAME_HOST = """
+import socket
+
+def run(question, env):
+    try:
+        socket.sethostname("renamed-by-a-harness")
+    except OSError as e:
+        return "refused: " + type(e).__name__
+    return "renamed"
+"""
+
+
+@pytest.mark.parametrize("kind", ["nsjail", "bwrap"])
+def test_a_harness_cannot_rename_the_host(kind):
+    """Neither jail gives a run a UTS namespace as root (it buys nothing and costs start-up
+    time): the host's name is safe because the run holds no CAP_SYS_ADMIN."""
+    from whale.harness import Runtime
+
+    if (sandbox.nsjail_binary() if kind == "nsjail" else shutil.which("bwrap")) is None:
+        pytest.skip(f"{kind} is not installed")
+    before = socket.gethostname()
+    t = Runtime(model=None, sandbox=Sandbox(kind)).run(RENAME_HOST, "q")
+    assert t.status == "ok" and t.answer.startswith("refused: "), (t.status, t.answer, t.error)
+    assert socket.gethostname() == before
