@@ -492,12 +492,7 @@ def _bwrap_argv(
         cmd += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--cap-drop", "ALL",
                 "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]  # fmt: skip
     m = jail_mounts()
-    inside = [*m.binds, *m.masks, *_DEVICES, *ro_files.values(), "/work"]
-    # bwrap makes missing parent folders 0700 as root: make them 0755 first, shallowest first.
-    parents = {str(p) for d in inside for p in Path(d).parents if str(p) != "/"}
-    for p in sorted(parents, key=lambda s: (s.count("/"), s)):
-        if not _under(p, m.binds) and not any(p == link for _, link in m.links):
-            cmd += ["--perms", "0755", "--dir", p]
+    cmd += _bwrap_dirs((*m.binds, *m.masks, *_DEVICES, *ro_files.values(), "/work"))
     for target, link in m.links:
         cmd += ["--symlink", target, link]
     for path in m.binds:
@@ -511,6 +506,19 @@ def _bwrap_argv(
     cmd += ["--perms", "0777", "--size", str(limits.scratch_mb * 1024 * 1024), "--tmpfs", "/work",
             "--remount-ro", "/", "--chdir", "/work", "--"]  # fmt: skip
     return cmd + drop + list(argv)
+
+
+@functools.lru_cache(maxsize=64)
+def _bwrap_dirs(inside: tuple[str, ...]) -> tuple[str, ...]:
+    """bwrap makes missing parent folders 0700 as root: the flags that make them 0755 first,
+    shallowest first (the same for every run with the same files: worked out once)."""
+    m = jail_mounts()
+    parents = {str(p) for d in inside for p in Path(d).parents if str(p) != "/"}
+    out: list[str] = []
+    for p in sorted(parents, key=lambda s: (s.count("/"), s)):
+        if not _under(p, m.binds) and not any(p == link for _, link in m.links):
+            out += ["--perms", "0755", "--dir", p]
+    return tuple(out)
 
 
 @functools.cache
