@@ -51,3 +51,16 @@ def test_the_child_is_used_only_where_hashing_would_change_the_entries():
     assert needs_child("composite", mixed) == (sys.flags.hash_randomization != 0)
     assert not needs_child("composite", {"datasets": [{"name": "gcd"}]})
     assert len(HASH_DEPENDENT) == 8
+
+
+def test_the_child_imports_the_whale_that_runs_whatever_the_working_folder(tmp_path, monkeypatch):
+    """`python -c` puts the working folder first on the child's sys.path: a folder there named
+    `whale` (or json.py, random.py) was imported instead of this process's modules."""
+    from whale.tasks.rg_entries import made_in_child
+
+    (tmp_path / "whale").mkdir()
+    (tmp_path / "whale" / "__init__.py").write_text("raise ImportError('not the whale that runs')")
+    (tmp_path / "random.py").write_text("raise ImportError('not the random module')")
+    monkeypatch.chdir(tmp_path)
+    entries = made_in_child("ransom_note", 2, 0, {})
+    assert len(entries) == 2 and all("question" in e for e in entries)

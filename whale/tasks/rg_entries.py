@@ -28,8 +28,14 @@ HASH_DEPENDENT = frozenset({
     "list_functions", "polynomial_multiplication", "ransom_note", "word_ladder",
 })  # fmt: skip
 
+# The child's sys.path is set before anything else imports: the folder holding this process's
+# whale, then this process's own path (`python -c` would put the working folder first, so a
+# `whale` folder or a random.py there would be imported instead).
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _CHILD = """
-import json, pickle, sys
+import sys
+sys.path[:] = sys.argv[1:]
+import json, pickle
 from whale.tasks.rg import ReasoningGymTask
 family, size, seed, config = json.loads(sys.stdin.read())
 t = ReasoningGymTask(family, size=size, seed=seed, config=config)
@@ -52,7 +58,7 @@ def made_in_child(family: str, size: int, seed: int, plain_config: dict[str, Any
     code, not a harness's: what it sends back is unpickled as is)."""
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     p = subprocess.run(
-        [sys.executable, "-c", _CHILD],
+        [sys.executable, "-c", _CHILD, _ROOT, *(os.path.abspath(p) for p in sys.path)],
         input=json.dumps([family, size, seed, plain_config]).encode(),
         capture_output=True, env=env, timeout=1800, check=False,
     )  # fmt: skip
