@@ -74,3 +74,12 @@ def test_whales_questions_are_the_same_in_two_processes_that_hash_alike(family):
     digest = _digest(WHALE_QUESTIONS, family, "0", "60", "0")
     assert _digest(WHALE_QUESTIONS, family, "0", "60", "0") == digest
     assert _digest(WHALE_QUESTIONS, family, "1", "60", "0") == digest
+
+
+def test_what_a_generator_prints_does_not_reach_the_entries_pipe():
+    """codeio prints to stdout when a code sample raises (seed 0's entry 149, made here as
+    seed 149's entry 0): the child's stdout carried the pickle, which then did not load."""
+    from whale.tasks.rg_entries import made_in_child
+
+    (entry,) = made_in_child("codeio", 1, 149, {})
+    assert entry["question"]

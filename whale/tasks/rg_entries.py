@@ -42,7 +42,9 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__
 _CHILD = """
 import sys
 sys.path[:] = sys.argv[1:]
-import json, pickle, random
+import json, os, pickle, random
+pipe = os.dup(1)
+os.dup2(2, 1)  # what a generator prints (codeio does) goes to stderr, not into the pickle
 import numpy
 from whale.tasks.rg import ReasoningGymTask
 family, size, seed, config = json.loads(sys.stdin.read())
@@ -52,7 +54,8 @@ for i in range(len(t.dataset)):
     random.seed(f"whale:{family}:{seed}:{i}")  # a str seed does not follow the hashing
     numpy.random.seed(random.getrandbits(32))
     entries.append(t.dataset[i])
-sys.stdout.buffer.write(pickle.dumps(entries))
+with os.fdopen(pipe, "wb") as f:
+    f.write(pickle.dumps(entries))
 """
 
 
