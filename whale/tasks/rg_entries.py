@@ -1,6 +1,6 @@
 """Reasoning Gym entries that are the same in every process.
 
-Eight generators of reasoning_gym 0.1.19 draw from their seeded RNG while iterating a set of
+Eight generators of reasoning_gym 0.1.25 draw from their seeded RNG while iterating a set of
 strings (`rng.choice(list(self.letters))`), whose order follows the process's string hashing,
 random per process unless PYTHONHASHSEED is set. The same family, seed and size then gave other
 questions in another process: a stopped run could not be resumed ("the feedback split is not
