@@ -77,6 +77,8 @@ def test_the_jails_mounts_are_the_same_whichever_threads_ask_first(monkeypatch):
     try:
         for _ in range(30):
             monkeypatch.setattr(sysconfig, "_CONFIG_VARS", None)
+            if hasattr(sysconfig, "_CONFIG_VARS_INITIALIZED"):  # 3.12+: else read as None
+                monkeypatch.setattr(sysconfig, "_CONFIG_VARS_INITIALIZED", False)
             sandbox._jail_mounts.cache_clear()
             barrier, got, errors = threading.Barrier(8), [], []
 
