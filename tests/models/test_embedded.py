@@ -64,7 +64,8 @@ def test_a_harness_calls_the_real_model_through_the_broker(tmp_path):
         t = Runtime(model=model).run(load_harness("single_call"), "What is 2 + 2?")
     finally:
         model.close()
-    assert t.status == "ok" and t.model_calls()[0].usage["completion_tokens"] > 0
+    assert t.status == "ok", (t.error, t.events)
+    assert t.model_calls()[0].usage["completion_tokens"] > 0
 
 
 def test_a_closed_model_refuses_calls_and_does_not_restart_its_server():
