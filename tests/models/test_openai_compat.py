@@ -257,7 +257,9 @@ def test_a_reply_sent_a_byte_at_a_time_is_bounded_by_the_calls_timeout():
         t = time.monotonic()
         with pytest.raises(ModelTimeout):
             OpenAICompatible("m", s.base_url, retries=0).chat(MSG, Sampling(), timeout=1.0)
-        assert time.monotonic() - t < 2.5
+        # The server takes 12.5 s to send it all: ending well before that is the call's own
+        # timeout at work, on however slow or busy a machine.
+        assert time.monotonic() - t < 6.0
 
 
 def test_a_reply_over_the_size_limit_is_refused_not_held(monkeypatch):
