@@ -32,6 +32,8 @@ units. First, the ceiling: GFLOP/s (CPU time, best of 7) of the model's largest 
 (hidden x intermediate) on as many tokens as the median example, forward and the backward's
 input gradient, fp32 and bf16. `--profile`: then one optimizer step of each LoraTrainer arm
 under torch's profiler, the ops that took the most CPU time (which part of the step dominates).
+`--attention`: first, torch's SDPA forward + backward at 129 to 1,500 keys in fp32 and bf16 (why
+a bf16 step computes attention on few keys in fp32: whale.train.precision).
 
 Default (`--tiny`, or no `--model-dir`): the tiny test tokenizer (tests/tiny.py) with a
 moderately larger random Qwen2 (hidden 256, 4 layers, intermediate 704: ~3 M parameters; the
@@ -158,6 +160,36 @@ def matmul_ceiling(model_dir: Path, tokens: int) -> str:
     )
 
 
+def attention_crossover(model_dir: Path, lengths: tuple[int, ...] = (129, 258, 512, 700, 1500)
+                        ) -> str:  # fmt: skip
+    """CPU ms of torch's SDPA (causal, the model's query and KV heads), forward + backward, in
+    fp32 and bf16 at several sequence lengths: where a bf16 training step computes attention in
+    fp32 (whale.train.precision.FP32_ATTENTION_BELOW)."""
+    import json
+
+    import torch
+    import torch.nn.functional as F
+
+    cfg = json.loads((model_dir / "config.json").read_text())
+    heads, kv = int(cfg["num_attention_heads"]), int(cfg.get("num_key_value_heads", 0) or 0)
+    kv, dim = kv or heads, int(cfg["hidden_size"]) // heads
+    rows = []
+    for n in lengths:
+        ms = []
+        for dt in (torch.float32, torch.bfloat16):
+            q, k, v = (torch.randn(1, h, n, dim).to(dt).requires_grad_() for h in (heads, kv, kv))
+
+            def once(q=q, k=k, v=v) -> None:
+                out = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                     enable_gqa=kv != heads)  # fmt: skip
+                out.backward(torch.ones_like(out))
+
+            once()
+            ms.append(1e3 * min(_cpu(once) for _ in range(7)))
+        rows.append(f"{n}: {ms[0]:.1f} / {ms[1]:.1f} ({ms[0] / ms[1]:.2f}x)")
+    return "attention fwd+bwd ms, fp32 / bf16, by keys: " + ", ".join(rows)
+
+
 def _cpu(f: Any) -> float:
     t = time.process_time()
     f()
@@ -204,7 +236,7 @@ def run_trl(model_dir: Path, examples: list[Example], lora: LoraSettings,
     with tempfile.TemporaryDirectory() as out:
         args = SFTConfig(
             output_dir=out, num_train_epochs=1, learning_rate=sft.lr,
-            per_device_train_batch_size=sft.micro_batch,
+            per_device_train_batch_size=min(sft.micro_batch, sft.batch_size),  # no token limit
             gradient_accumulation_steps=max(1, sft.batch_size // sft.micro_batch),
             lr_scheduler_type="constant", warmup_steps=0, weight_decay=sft.weight_decay,
             max_grad_norm=sft.max_grad_norm, optim="adamw_torch", adam_beta1=0.9,
@@ -243,9 +275,14 @@ def main() -> None:
         "--arms", default="fp32,bf16,trl", help=f"comma list of {', '.join([*OURS, 'trl'])}"
     )
     ap.add_argument("--profile", action="store_true", help="profile one step of each arm")
+    ap.add_argument("--attention", action="store_true",
+                    help="first, SDPA forward+backward, fp32 and bf16, at 5 lengths")  # fmt: skip
     ap.add_argument("--repeats", type=int, default=2, help="runs of each arm (alternating)")
     ap.add_argument("--batch-size", type=int, default=8)
-    ap.add_argument("--micro-batch", type=int, default=1)
+    ap.add_argument("--micro-batch", type=int, default=SFTSettings.micro_batch,
+                    help="examples per forward, at most (1: pad-free)")  # fmt: skip
+    ap.add_argument("--micro-tokens", type=int, default=SFTSettings.micro_tokens,
+                    help="padded tokens per forward, at most (whale's default)")  # fmt: skip
     ap.add_argument("--lr", type=float, default=1e-4)
     ap.add_argument("--r", type=int, default=32)
     ap.add_argument("--threads", type=int, default=2)
@@ -289,13 +326,17 @@ def main() -> None:
     lora = LoraSettings(r=args.r, alpha=2 * args.r)
     longest = max(len(e.input_ids) for e in examples)
     sft = SFTSettings(lr=args.lr, batch_size=args.batch_size, micro_batch=args.micro_batch,
+                      micro_tokens=args.micro_tokens,
                       threads=args.threads, max_len=max(4096, longest))  # fmt: skip
     steps = -(-n // sft.batch_size)
     print(f"model {label}; {n} examples, {total} tokens, {tokens} trained; {steps} optimizer "
           f"steps; LoRA r={lora.r} alpha={lora.alpha}; batch {sft.batch_size} (micro "
-          f"{sft.micro_batch}); lr {sft.lr}; {args.threads} threads")  # fmt: skip
+          f"{sft.micro_batch}, <= {sft.micro_tokens} tokens); lr {sft.lr}; {args.threads} "
+          "threads")  # fmt: skip
     print(matmul_ceiling(Path(model_dir), sorted(len(e.input_ids) for e in examples)[n // 2]),
           flush=True)  # fmt: skip
+    if args.attention:
+        print(attention_crossover(Path(model_dir)), flush=True)
     walls: dict[str, list[float]] = {a: [] for a in arms}
     cpus: dict[str, list[float]] = {a: [] for a in arms}
     losses: dict[str, tuple[float, float]] = {}

@@ -123,16 +123,133 @@ def test_bf16_computes_the_lora_path_in_bf16_from_fp32_masters(tiny_model_dir, e
     try:
         layers = [m for m in t.model.modules() if isinstance(m, LoraLinear)]
         seen: list[tuple[object, object]] = []
-        hooks = [lin.register_forward_hook(lambda m, i, o: seen.append((i[0].dtype, o.dtype)))
-                 for m in layers for lin in (*m.lora_A.values(), *m.lora_B.values())]  # fmt: skip
-        t.loss(examples[:1])
+        inside: list[bool] = []  # within a LoRA layer's forward
+
+        def after(m, i, o) -> None:
+            inside.pop()
+            seen.append((i[0].dtype, o.dtype))
+
+        hooks = [h for m in layers for h in (
+            m.register_forward_pre_hook(lambda m, i: inside.append(True)),
+            m.register_forward_hook(after),
+        )]  # fmt: skip
+        casts: list[tuple[tuple[int, ...], object, object]] = []
+        real_to = torch.Tensor.to
+
+        def spy(self, *a, **k):  # every cast within a LoRA layer's forward
+            out = real_to(self, *a, **k)
+            if inside and out.dtype != self.dtype:
+                casts.append((tuple(self.shape), self.dtype, out.dtype))
+            return out
+
+        torch.Tensor.to = spy  # type: ignore[method-assign]
+        try:
+            t.loss(examples[:1])
+        finally:
+            torch.Tensor.to = real_to  # type: ignore[method-assign]
         for h in hooks:
             h.remove()
-        assert layers and len(seen) == 2 * len(layers)
+        weights = {tuple(p.shape) for p in t.params}
+        assert layers and len(seen) == len(layers)
         assert set(seen) == {(torch.bfloat16, torch.bfloat16)}
+        assert casts and {(a, b) for _, a, b in casts} == {(torch.float32, torch.bfloat16)}
+        assert {shape for shape, _, _ in casts} == weights  # weights cast; no activation
         assert {p.dtype for p in t.params} == {torch.float32}
     finally:
         t.close()
+
+
+def test_the_fused_lora_forward_computes_what_pefts_does(tiny_model_dir):
+    """base + (x A^T)(s B)^T in one addmm equals PEFT's base + s (x A^T) B^T, its output and the
+    gradients of both LoRA factors (fp32, where the two orders round alike to ~1e-6)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from peft.tuners.lora.layer import Linear as LoraLinear
+    from transformers import AutoModelForCausalLM
+
+    from whale.train.precision import FusedLoraLinear, lora_in_base_dtype
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    model = get_peft_model(base, LoraConfig(r=4, lora_alpha=12, target_modules=["q_proj"],
+                                            task_type="CAUSAL_LM"))  # fmt: skip
+    lora_in_base_dtype(model)
+    m = next(m for m in model.modules() if isinstance(m, LoraLinear))
+    assert type(m) is FusedLoraLinear
+    torch.nn.init.normal_(m.lora_B["default"].weight)  # B starts at zero: make the path count
+    x = torch.randn(2, 5, m.in_features)
+    outs = []
+    for forward in (FusedLoraLinear.forward, LoraLinear.forward):
+        y = forward(m, x)
+        y.pow(2).sum().backward()
+        outs.append((y.detach(), *(p.grad.clone() for p in (m.lora_A["default"].weight,
+                                                           m.lora_B["default"].weight))))  # fmt: skip
+        model.zero_grad(set_to_none=True)
+    for fused, peft in zip(*outs, strict=True):
+        assert torch.allclose(fused, peft, rtol=1e-5, atol=1e-5)
+    with m._disable_adapters_context() if hasattr(m, "_disable_adapters_context") else _off(m):
+        assert torch.equal(m(x), m.base_layer(x))  # PEFT's own forward when adapters are off
+
+
+def _attention_dtypes(monkeypatch, t: LoraTrainer, examples) -> dict[str, set]:
+    """The query dtypes torch's SDPA got in a training step and in `loss` (eval mode)."""
+    import torch
+
+    real = torch.nn.functional.scaled_dot_product_attention
+    got: list[object] = []
+
+    def spy(q, *a, **k):
+        got.append(q.dtype)
+        return real(q, *a, **k)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    t.train(examples)
+    trained = set(got)
+    got.clear()
+    t.loss(examples)
+    return {"train": trained, "eval": set(got)}
+
+
+def test_a_bf16_step_computes_attention_on_few_keys_in_fp32(monkeypatch, tiny_model_dir,
+                                                            examples):  # fmt: skip
+    """torch's CPU flash-attention backward is slower in bf16 than in fp32 on short sequences
+    (whale.train.precision): a training step casts a short sequence's attention up; eval keeps
+    bf16, and fp32 training is untouched."""
+    import torch
+
+    for dtype, want in (("bf16", {"train": {torch.float32}, "eval": {torch.bfloat16}}),
+                        ("fp32", {"train": {torch.float32}, "eval": {torch.float32}})):  # fmt: skip
+        t = trainer(tiny_model_dir, dtype)
+        try:
+            assert _attention_dtypes(monkeypatch, t, examples) == want, dtype
+        finally:
+            t.close()
+            monkeypatch.undo()
+
+
+def test_a_bf16_step_keeps_attention_on_many_keys_in_bf16(monkeypatch, tiny_model_dir, examples):
+    import torch
+
+    from whale.train import precision
+
+    monkeypatch.setattr(precision, "FP32_ATTENTION_BELOW", 2)  # every example is longer
+    t = trainer(tiny_model_dir, "bf16")
+    try:
+        assert _attention_dtypes(monkeypatch, t, examples)["train"] == {torch.bfloat16}
+    finally:
+        t.close()
+
+
+class _off:
+    """Adapters disabled on one LoRA layer for the block."""
+
+    def __init__(self, layer):
+        self.layer = layer
+
+    def __enter__(self):
+        self.layer.enable_adapters(False)
+
+    def __exit__(self, *exc):
+        self.layer.enable_adapters(True)
 
 
 def test_a_bf16_model_pickles_and_computes_the_same_after(tiny_model_dir, examples):

@@ -166,6 +166,28 @@ def test_padded_micro_batches_train_like_pad_free(tiny_model_dir, examples):
     assert losses[1][1] == pytest.approx(losses[0][1], rel=1e-4)
 
 
+def _lengths(batches) -> list[list[int]]:
+    return [[len(e.input_ids) for e in mb] for mb in batches]
+
+
+def test_micro_batches_hold_at_most_their_examples_and_padded_tokens():
+    from whale.train.sft import micro_batches
+
+    step = [Example([1] * n, [1] * n, f"e{n}#0") for n in (300, 100, 120, 110, 900, 2000, 130)]
+    assert _lengths(micro_batches(step, 8, 1024)) == [[100, 110, 120, 130], [300], [900], [2000]]
+    assert _lengths(micro_batches(step, 2, 1024)) == [[100, 110], [120, 130], [300], [900],
+                                                      [2000]]  # fmt: skip
+    assert _lengths(micro_batches(step, 8, 100)) == [[100], [110], [120], [130], [300], [900],
+                                                     [2000]]  # fmt: skip
+    for most, tokens in ((8, 1024), (3, 500), (8, 50)):
+        batches = micro_batches(step, most, tokens)
+        assert sorted(e.source for mb in batches for e in mb) == sorted(e.source for e in step)
+        assert all(len(mb) == 1 or len(mb) * max(map(len, (e.input_ids for e in mb))) <= tokens
+                   for mb in batches)  # fmt: skip
+    assert _lengths(micro_batches(step, 1, 1024)) == [[300], [100], [120], [110], [900], [2000],
+                                                      [130]]  # one each, in order  # fmt: skip
+
+
 def test_resume_continues_with_weights_and_optimizer_state(tiny_model_dir, examples, tmp_path):
     a = trainer(tiny_model_dir, batch_size=2)
     try:

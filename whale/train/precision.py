@@ -12,7 +12,8 @@ fp32 there, and "bf16" can be forced.
 
 What bf16 means (the same for the three trainers): the FROZEN base weights are loaded in bf16 and
 everything computes in bf16, the low-rank path of each LoRA layer too (`lora_in_base_dtype`: its
-weights cast from fp32 on each forward); the LoRA weights themselves stay fp32, and so do their
+weights cast from fp32 on each forward), but for attention over fewer than 512 keys in training,
+which torch computes faster in fp32 on CPUs (`short_attention_in_fp32`); the LoRA weights themselves stay fp32, and so do their
 .grad (each backward's share computed in bf16, summed in fp32), the AdamW state and the saved
 adapter (the same fp32 safetensors in either dtype, which `whale.train.lora_gguf` converts). The
 loss (cross-entropy) is taken in fp32 on the bf16 logits. (Until issue 25's second measurement, on a
@@ -154,13 +155,17 @@ def lora_in_base_dtype(model: Any) -> int:
     own casts; whale trains neither. PEFT before 0.16 has no `lora_variant` (its DoRA is the
     `use_dora` flag), and before 0.15 no switch for the input cast: there the low-rank path
     still computes in fp32 (the cast weights are fp32 already), as PEFT does by default.
+    Each plain LoRA layer also adds its low-rank path to the base output in one `addmm`
+    (`FusedLoraLinear`: the scale applied to B, not to an activation), and a model on torch's
+    SDPA computes attention on short sequences in fp32 while training
+    (`short_attention_in_fp32`).
     Call it after every adapter is added: an adapter added later (`add_adapter`, `load_adapter`)
     has plain fp32 layers, which fail on the bf16 input this leaves uncast (TRL adds its "ref"
     adapter in the trainer's constructor, before the three trainers call this)."""
     import torch
     from peft.tuners.lora.layer import Linear as LoraLinear
 
-    cast = _cast_linear()
+    cast, fused = _cast_linear(), _fused_lora_linear()
     n = 0
     for m in model.modules():
         if isinstance(m, LoraLinear) and not _variant(m):
@@ -168,8 +173,63 @@ def lora_in_base_dtype(model: Any) -> int:
             for lin in [*m.lora_A.values(), *m.lora_B.values()]:
                 if type(lin) is torch.nn.Linear:
                     lin.__class__ = cast  # same parameters and state dict; another forward
+            if type(m) is LoraLinear:
+                m.__class__ = fused
             n += 1
+    short_attention_in_fp32(model)
     return n
+
+
+def short_attention_in_fp32(model: Any) -> bool:
+    """Make a model that uses torch's SDPA compute attention in fp32 while it trains in bf16 on
+    fewer than `FP32_ATTENTION_BELOW` keys (its inputs cast up, its output back), and as before
+    otherwise. Returns whether the model's attention was changed (not for other kernels).
+
+    Why: torch's CPU flash-attention backward in bf16 is slower than in fp32 on short
+    sequences. Forward + backward of one Qwen2.5-0.5B layer's attention (14 query heads, 2 KV
+    heads, causal), 1 thread, a 2-core Xeon with AMX, torch 2.13 (`python -m
+    benchmarks.rsft_throughput ... --attention`): 129 keys fp32 1.9 ms / bf16 5.2 ms, 258 keys
+    6.0 / 7.4 ms, 700 keys 35.5 / 31.5 ms, 1,500 keys 128 / 90 ms; in a bf16 step of the weight
+    phase on ~130-token examples, attention's backward was 11% of the step. Only in training
+    mode (`module.training`), so a checkpointed layer's recompute computes what its forward
+    did; generation and `loss` (eval mode) keep bf16. Not covered: other attention kernels
+    (eager, flex) are left as they are."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    config = getattr(base, "config", None)
+    if getattr(config, "_attn_implementation", None) != "sdpa":
+        return False
+    _register_attention()
+    base.set_attn_implementation(ATTENTION)
+    return True
+
+
+FP32_ATTENTION_BELOW = 512  # keys; the measured crossover is between 258 and 700 (above)
+ATTENTION = "whale_sdpa"  # the name registered with transformers' attention interfaces
+
+
+@functools.cache
+def _register_attention() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(ATTENTION, _attention)
+    AttentionMaskInterface.register(ATTENTION, sdpa_mask)  # the masks SDPA takes
+
+
+def _attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any,
+               **kwargs: Any) -> tuple[Any, Any]:  # fmt: skip
+    """transformers' SDPA attention, in fp32 for a bf16 layer training on few keys."""
+    import torch
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    if (query.dtype == torch.bfloat16 and query.device.type == "cpu" and module.training
+            and key.shape[-2] < FP32_ATTENTION_BELOW):  # fmt: skip
+        if attention_mask is not None and attention_mask.is_floating_point():
+            attention_mask = attention_mask.float()
+        out, weights = sdpa_attention_forward(module, query.float(), key.float(), value.float(),
+                                              attention_mask, **kwargs)  # fmt: skip
+        return out.to(query.dtype), weights
+    return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
 
 
 def _variant(layer: Any) -> bool:
@@ -195,9 +255,47 @@ def _cast_linear() -> type:
     return CastLinear
 
 
+@functools.cache
+def _fused_lora_linear() -> type:
+    import torch
+    import torch.nn.functional as F
+    from peft.tuners.lora.layer import Linear as LoraLinear
+
+    class FusedLoraLinear(LoraLinear):
+        """A PEFT LoRA Linear whose one active adapter is added to the base output by one
+        `addmm`, `base + (x A^T)(s B)^T`, in the input's dtype. PEFT computes `(x A^T) B^T`,
+        multiplies it by the scale s and adds it to the base output: two more passes over an
+        activation of the layer's output width, in the forward and again in the backward; here
+        s scales the small B (r x out) instead. Anything else (no adapter or several active,
+        merged weights, a LoRA bias, extra arguments) is PEFT's own forward."""
+
+        def forward(self, x: Any, *args: Any, **kwargs: Any) -> Any:
+            active = self.active_adapters
+            name = active[0] if len(active) == 1 else None
+            if (args or kwargs or name is None or self.disable_adapters or self.merged
+                    or name not in self.lora_A or self.lora_B[name].bias is not None
+                    or _variant(self)):  # fmt: skip
+                return super().forward(x, *args, **kwargs)
+            result = self.base_layer(x)
+            if result.dtype != x.dtype:
+                return super().forward(x, *args, **kwargs)
+            a: Any = self.lora_A[name].weight.to(x.dtype)
+            b: Any = (self.lora_B[name].weight * self.scaling[name]).to(x.dtype)
+            low = F.linear(self.lora_dropout[name](x), a)
+            out = torch.addmm(result.reshape(-1, result.shape[-1]),
+                              low.reshape(-1, low.shape[-1]), b.t())  # fmt: skip
+            return out.view(result.shape)
+
+    FusedLoraLinear.__module__, FusedLoraLinear.__qualname__ = __name__, "FusedLoraLinear"
+    return FusedLoraLinear
+
+
 def __getattr__(name: str) -> Any:
-    """`CastLinear`, made on first use (torch is imported lazily here): so that a model holding
-    it pickles (torch.save of the whole model) and unpickles in a fresh process."""
+    """`CastLinear` and `FusedLoraLinear`, made on first use (torch and PEFT are imported lazily
+    here): so that a model holding them pickles (torch.save of the whole model) and unpickles
+    in a fresh process."""
     if name == "CastLinear":
         return _cast_linear()
+    if name == "FusedLoraLinear":
+        return _fused_lora_linear()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
