@@ -13,25 +13,24 @@ fp32 there, and "bf16" can be forced.
 What bf16 means (the same for the three trainers): the FROZEN base weights are loaded in bf16 and
 everything computes in bf16, the low-rank path of each LoRA layer too (`lora_in_base_dtype`: its
 weights cast from fp32 on each forward), but for attention over fewer than 512 keys in training,
-which torch computes faster in fp32 on CPUs (`short_attention_in_fp32`); the LoRA weights themselves stay fp32, and so do their
-.grad (each backward's share computed in bf16, summed in fp32), the AdamW state and the saved
-adapter (the same fp32 safetensors in either dtype, which `whale.train.lora_gguf` converts). The
-loss (cross-entropy) is taken in fp32 on the bf16 logits. (Until issue 25's second measurement, on a
-Xeon with AMX, the low-rank path ran in fp32 as PEFT does by default; the copies of the activations
-that took were about a third of a bf16 step.) No autocast, by measurement (`python -m
-benchmarks.rsft_throughput --model-dir <0.5B> --examples 4 --batch-size 2 --arms
-fp32,bf16,autocast,bf16-autocast --threads 1`, a 2-core EPYC with avx512_bf16, shared; CPU time of
-the gradient steps, best of 2): fp32 14.6 s; autocast over fp32 weights 10.2 s (1.43x: autocast
-casts the frozen weights again on every forward, its cast cache keeps only leaf tensors that require
-grad, and a micro batch of one example does too little arithmetic to hide that copy); bf16 weights
-8.65 s (1.68x); bf16 weights under autocast 8.2 s (1.78x, but slower by wall clock, 13.9 against
-13.2 s: the gain is the small LoRA matmuls, within what runs vary) at the price of computing the
-trained weights' gradients in bf16 (a price the bf16 arm pays too since `lora_in_base_dtype`). The
-loss after the 2 steps was within 0.0013 across the three bf16 variants (0.026 above fp32's). bf16
-weights also halve the base model's memory. So TRL's `bf16=True` (accelerate's autocast; it works
-with PEFT and both TRL trainers on torch 2.13's CPU) stays off and the base is loaded in bf16
-instead.
-"""
+which torch computes faster in fp32 on CPUs (`short_attention_in_fp32`); the LoRA weights themselves
+stay fp32, and so do their .grad (each backward's share computed in bf16, summed in fp32), the AdamW
+state and the saved adapter (the same fp32 safetensors in either dtype, which
+`whale.train.lora_gguf` converts). The loss (cross-entropy) is taken in fp32 on the bf16 logits.
+(Until issue 25's second measurement, on a Xeon with AMX, the low-rank path ran in fp32 as PEFT does
+by default; the copies of the activations that took were about a third of a bf16 step.) No autocast,
+by measurement (`python -m benchmarks.rsft_throughput --model-dir <0.5B> --examples 4 --batch-size 2
+--arms fp32,bf16,autocast,bf16-autocast --threads 1`, a 2-core EPYC with avx512_bf16, shared; CPU
+time of the gradient steps, best of 2): fp32 14.6 s; autocast over fp32 weights 10.2 s (1.43x:
+autocast casts the frozen weights again on every forward, its cast cache keeps only leaf tensors
+that require grad, and a micro batch of one example does too little arithmetic to hide that copy);
+bf16 weights 8.65 s (1.68x); bf16 weights under autocast 8.2 s (1.78x, but slower by wall clock,
+13.9 against 13.2 s: the gain is the small LoRA matmuls, within what runs vary) at the price of
+computing the trained weights' gradients in bf16 (a price the bf16 arm pays too since
+`lora_in_base_dtype`). The loss after the 2 steps was within 0.0013 across the three bf16 variants
+(0.026 above fp32's). bf16 weights also halve the base model's memory. So TRL's `bf16=True`
+(accelerate's autocast; it works with PEFT and both TRL trainers on torch 2.13's CPU) stays off and
+the base is loaded in bf16 instead. """
 
 from __future__ import annotations
 
