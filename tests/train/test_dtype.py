@@ -271,6 +271,44 @@ def test_a_bf16_model_pickles_and_computes_the_same_after(tiny_model_dir, exampl
         t.close()
 
 
+def test_review_a_pickled_bf16_model_computes_in_a_fresh_process(tiny_model_dir, examples,
+                                                                tmp_path):  # fmt: skip
+    """The model's attention is "whale_sdpa", a name registered in the process that trained:
+    unpickled where nothing registered it, the forward must still find it (it failed with
+    KeyError: 'whale_sdpa' is not a valid attention implementation)."""
+    import subprocess
+    import sys
+
+    import torch
+
+    t = trainer(tiny_model_dir, "bf16")
+    try:
+        torch.save(t.model, tmp_path / "model.pt")
+        ids = torch.tensor([examples[0].input_ids])
+        t.model.train()  # the short-attention path (fp32) as well as eval's
+        with torch.no_grad():
+            want = [t.model(input_ids=ids).logits]
+            t.model.eval()
+            want.append(t.model(input_ids=ids).logits)
+        torch.save({"ids": ids, "want": want}, tmp_path / "io.pt")
+    finally:
+        t.close()
+    script = (
+        "import sys, torch\n"
+        "m = torch.load(sys.argv[1], weights_only=False)\n"
+        "io = torch.load(sys.argv[2])\n"
+        "got = []\n"
+        "for train in (True, False):\n"
+        "    m.train(train)\n"
+        "    with torch.no_grad():\n"
+        "        got.append(m(input_ids=io['ids']).logits)\n"
+        "assert all(torch.equal(g, w) for g, w in zip(got, io['want'])), 'differs'\n"
+    )
+    r = subprocess.run([sys.executable, "-c", script, str(tmp_path / "model.pt"),
+                        str(tmp_path / "io.pt")], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
 def test_a_bf16_step_at_a_small_lr_still_moves_every_lora_factor(tiny_model_dir, examples):
     """AdamW moves a weight by about lr per step: 1e-6 is far below a bf16 weight's resolution
     (~4e-3 relative), so it moves only because the masters are fp32. One example per step: A's

@@ -30,7 +30,8 @@ computing the trained weights' gradients in bf16 (a price the bf16 arm pays too 
 `lora_in_base_dtype`). The loss after the 2 steps was within 0.0013 across the three bf16 variants
 (0.026 above fp32's). bf16 weights also halve the base model's memory. So TRL's `bf16=True`
 (accelerate's autocast; it works with PEFT and both TRL trainers on torch 2.13's CPU) stays off and
-the base is loaded in bf16 instead. """
+the base is loaded in bf16 instead.
+"""
 
 from __future__ import annotations
 
@@ -292,9 +293,9 @@ def _fused_lora_linear() -> type:
 def __getattr__(name: str) -> Any:
     """`CastLinear` and `FusedLoraLinear`, made on first use (torch and PEFT are imported lazily
     here): so that a model holding them pickles (torch.save of the whole model) and unpickles
-    in a fresh process."""
-    if name == "CastLinear":
-        return _cast_linear()
-    if name == "FusedLoraLinear":
-        return _fused_lora_linear()
+    in a fresh process. Unpickling looks them up here, so this registers the attention such a
+    model was switched to (`ATTENTION`) too: its config names it."""
+    if name in ("CastLinear", "FusedLoraLinear"):
+        _register_attention()
+        return _cast_linear() if name == "CastLinear" else _fused_lora_linear()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
