@@ -190,6 +190,32 @@ def test_the_fused_lora_forward_computes_what_pefts_does(tiny_model_dir):
         assert torch.equal(m(x), m.base_layer(x))  # PEFT's own forward when adapters are off
 
 
+def test_review_lora_weights_partitioned_by_zero3_go_through_their_modules(tiny_model_dir):
+    """DeepSpeed ZeRO-3 (configs/accelerate/deepspeed-zero3.yaml; bf16 is "auto" on a recent
+    GPU) gathers a partitioned parameter only in the forward hooks of the module that holds it:
+    a layer whose LoRA weights are partitioned (they carry `ds_id`) must call lora_A and lora_B,
+    not read their weights, which hold nothing there."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from peft.tuners.lora.layer import Linear as LoraLinear
+    from transformers import AutoModelForCausalLM
+
+    from whale.train.precision import lora_in_base_dtype
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.bfloat16)
+    model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj"],
+                                            task_type="CAUSAL_LM"))  # fmt: skip
+    lora_in_base_dtype(model)
+    m = next(m for m in model.modules() if isinstance(m, LoraLinear))
+    called: list[str] = []
+    for side in ("lora_A", "lora_B"):
+        lin = getattr(m, side)["default"]
+        lin.weight.ds_id = 0  # what deepspeed.zero marks its parameters with
+        lin.register_forward_pre_hook(lambda mod, i, side=side: called.append(side))
+    m(torch.randn(2, 3, m.in_features, dtype=torch.bfloat16))
+    assert called == ["lora_A", "lora_B"]
+
+
 def _attention_dtypes(monkeypatch, t: LoraTrainer, examples) -> dict[str, set]:
     """The query dtypes torch's SDPA got in a training step and in `loss` (eval mode)."""
     import torch

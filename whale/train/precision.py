@@ -267,14 +267,17 @@ def _fused_lora_linear() -> type:
         multiplies it by the scale s and adds it to the base output: two more passes over an
         activation of the layer's output width, in the forward and again in the backward; here
         s scales the small B (r x out) instead. Anything else (no adapter or several active,
-        merged weights, a LoRA bias, extra arguments) is PEFT's own forward."""
+        merged weights, a LoRA bias, extra arguments, LoRA weights partitioned by DeepSpeed
+        ZeRO-3, which gathers them only in lora_A's and lora_B's own forward hooks) is PEFT's
+        own forward."""
 
         def forward(self, x: Any, *args: Any, **kwargs: Any) -> Any:
             active = self.active_adapters
             name = active[0] if len(active) == 1 else None
             if (args or kwargs or name is None or self.disable_adapters or self.merged
                     or name not in self.lora_A or self.lora_B[name].bias is not None
-                    or _variant(self)):  # fmt: skip
+                    or _variant(self) or hasattr(self.lora_A[name].weight, "ds_id")
+                    or hasattr(self.lora_B[name].weight, "ds_id")):  # fmt: skip
                 return super().forward(x, *args, **kwargs)
             result = self.base_layer(x)
             if result.dtype != x.dtype:
