@@ -190,6 +190,53 @@ def test_the_fused_lora_forward_computes_what_pefts_does(tiny_model_dir):
         assert torch.equal(m(x), m.base_layer(x))  # PEFT's own forward when adapters are off
 
 
+@pytest.mark.parametrize("case", ["dropout", "merged", "two active", "lora bias", "scale"])
+def test_review_the_fused_forward_equals_pefts_in_every_case(tiny_model_dir, case):
+    """Each case the fused forward takes (dropout: the same mask; a scale set after) or hands to
+    PEFT (merged weights, two active adapters, a LoRA bias): the output and gradients PEFT's
+    forward gives, on a model where every adapter's B is non-zero."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from peft.tuners.lora.layer import Linear as LoraLinear
+    from transformers import AutoModelForCausalLM
+
+    from whale.train.precision import FusedLoraLinear, lora_in_base_dtype
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    kw = dict(r=4, lora_alpha=12, target_modules=["q_proj"], task_type="CAUSAL_LM",
+              lora_dropout=0.5 if case == "dropout" else 0.0, lora_bias=case == "lora bias")
+    model = get_peft_model(base, LoraConfig(**kw))  # type: ignore[arg-type]
+    if case == "two active":
+        model.add_adapter("other", LoraConfig(r=2, lora_alpha=6, target_modules=["q_proj"]))
+    lora_in_base_dtype(model)
+    m = next(m for m in model.modules() if isinstance(m, LoraLinear))
+    assert type(m) is FusedLoraLinear
+    for lin in [*m.lora_B.values()]:
+        torch.nn.init.normal_(lin.weight)
+        if lin.bias is not None:
+            torch.nn.init.normal_(lin.bias)
+    if case == "merged":
+        m.merge()
+    if case == "two active":
+        m.set_adapter(["default", "other"])  # both trainable
+    if case == "scale":
+        m.set_scale("default", 5.0)
+    m.train()
+    x = torch.randn(2, 5, m.in_features, requires_grad=True)
+    outs = []
+    for forward in (FusedLoraLinear.forward, LoraLinear.forward):
+        torch.manual_seed(3)  # the same dropout mask
+        y = forward(m, x)
+        y.pow(2).sum().backward()
+        grads = [p.grad.clone() for p in m.parameters() if p.grad is not None]
+        outs.append((y.detach(), x.grad.clone(), *grads))
+        m.zero_grad(set_to_none=True)
+        x.grad = None
+    assert len(outs[0]) == len(outs[1])
+    for fused, peft in zip(*outs, strict=True):
+        assert torch.allclose(fused, peft, rtol=1e-5, atol=1e-4)
+
+
 def test_review_lora_weights_partitioned_by_zero3_go_through_their_modules(tiny_model_dir):
     """DeepSpeed ZeRO-3 (configs/accelerate/deepspeed-zero3.yaml; bf16 is "auto" on a recent
     GPU) gathers a partitioned parameter only in the forward hooks of the module that holds it:
@@ -250,6 +297,25 @@ def test_a_bf16_step_computes_attention_on_few_keys_in_fp32(monkeypatch, tiny_mo
         finally:
             t.close()
             monkeypatch.undo()
+
+
+def test_review_short_attention_takes_an_additive_bf16_mask():
+    """A float (additive) mask in the layer's dtype, as a caller's own 4-D mask is: cast up with
+    the query (SDPA refuses a bf16 mask beside an fp32 query), the result plain SDPA's."""
+    import torch
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from whale.train.precision import _attention
+
+    layer = torch.nn.Module()
+    layer.is_causal, layer.num_key_value_groups = True, 1  # type: ignore[assignment]
+    q, k, v = (torch.randn(1, 2, 6, 8, dtype=torch.bfloat16) for _ in range(3))
+    mask = torch.zeros(1, 1, 6, 6, dtype=torch.bfloat16)
+    mask[..., :2] = torch.finfo(torch.bfloat16).min  # the first two keys hidden
+    got, _ = _attention(layer.train(), q, k, v, mask, dropout=0.0, scaling=None)
+    want, _ = sdpa_attention_forward(layer, q.float(), k.float(), v.float(), mask.float(),
+                                     dropout=0.0, scaling=None)  # fmt: skip
+    assert got.dtype == torch.bfloat16 and torch.equal(got, want.to(torch.bfloat16))
 
 
 def test_a_bf16_step_keeps_attention_on_many_keys_in_bf16(monkeypatch, tiny_model_dir, examples):

@@ -188,6 +188,14 @@ def test_micro_batches_hold_at_most_their_examples_and_padded_tokens():
                                                       [130]]  # one each, in order  # fmt: skip
 
 
+def test_review_a_micro_batch_may_fill_its_token_limit_exactly():
+    from whale.train.sft import micro_batches
+
+    step = [Example([1] * n, [1] * n, f"e{i}#0") for i, n in enumerate((256, 250, 256, 256))]
+    assert _lengths(micro_batches(step, 8, 1024)) == [[250, 256, 256, 256]]  # 4 x 256 = 1,024
+    assert _lengths(micro_batches(step, 8, 1023)) == [[250, 256, 256], [256]]
+
+
 def test_resume_continues_with_weights_and_optimizer_state(tiny_model_dir, examples, tmp_path):
     a = trainer(tiny_model_dir, batch_size=2)
     try:
