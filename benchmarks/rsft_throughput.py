@@ -160,7 +160,8 @@ def matmul_ceiling(model_dir: Path, tokens: int) -> str:
     )
 
 
-def attention_crossover(model_dir: Path, lengths: tuple[int, ...] = (129, 258, 512, 700, 1500)
+def attention_crossover(model_dir: Path,
+                        lengths: tuple[int, ...] = (129, 258, 288, 384, 512, 700, 1500)
                         ) -> str:  # fmt: skip
     """CPU ms of torch's SDPA (causal, the model's query and KV heads), forward + backward, in
     fp32 and bf16 at several sequence lengths: where a bf16 training step computes attention in
@@ -276,7 +277,7 @@ def main() -> None:
     )
     ap.add_argument("--profile", action="store_true", help="profile one step of each arm")
     ap.add_argument("--attention", action="store_true",
-                    help="first, SDPA forward+backward, fp32 and bf16, at 5 lengths")  # fmt: skip
+                    help="first, SDPA forward+backward, fp32 and bf16, at 7 lengths")  # fmt: skip
     ap.add_argument("--repeats", type=int, default=2, help="runs of each arm (alternating)")
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--micro-batch", type=int, default=SFTSettings.micro_batch,

@@ -12,7 +12,7 @@ fp32 there, and "bf16" can be forced.
 
 What bf16 means (the same for the three trainers): the FROZEN base weights are loaded in bf16 and
 everything computes in bf16, the low-rank path of each LoRA layer too (`lora_in_base_dtype`: its
-weights cast from fp32 on each forward), but for attention over fewer than 512 keys in training,
+weights cast from fp32 on each forward), but for attention over fewer than 272 keys in training,
 which torch computes faster in fp32 on CPUs (`short_attention_in_fp32`); the LoRA weights themselves
 stay fp32, and so do their .grad (each backward's share computed in bf16, summed in fp32), the AdamW
 state and the saved adapter (the same fp32 safetensors in either dtype, which
@@ -190,10 +190,17 @@ def short_attention_in_fp32(model: Any) -> bool:
     heads, causal), 1 thread, a 2-core Xeon with AMX, torch 2.13 (`python -m
     benchmarks.rsft_throughput ... --attention`): 129 keys fp32 1.9 ms / bf16 5.2 ms, 258 keys
     6.0 / 7.4 ms, 700 keys 35.5 / 31.5 ms, 1,500 keys 128 / 90 ms; in a bf16 step of the weight
-    phase on ~130-token examples, attention's backward was 11% of the step. Only in training
-    mode (`module.training`), so a checkpointed layer's recompute computes what its forward
-    did; generation and `loss` (eval mode) keep bf16. Not covered: other attention kernels
-    (eager, flex) are left as they are."""
+    phase on ~130-token examples, attention's backward was 11% of the step. The crossover, the
+    same machine, CPU time of this function's two paths, best of 9, two runs (review of issue
+    25): 258 keys fp32 0.86-0.91x bf16's time, 272 keys 1.00-1.04x, 288 1.09-1.14x, 320
+    1.15-1.20x, 384 1.30-1.34x, 448 1.31-1.44x, 511 1.14-1.22x (batches of 1 and 3); a step of
+    4 x ~410-token examples of the 0.5B was 1-4% faster with the bound at 272 than at 512.
+    Only in training mode (`module.training`), so a checkpointed layer's recompute computes
+    what its forward did; `loss` (eval mode) keeps bf16, and so does generation in eval mode,
+    but TRL's GRPO generates in training mode: its prompts and completions of fewer keys are
+    attended in fp32 too, forward only, where fp32 is the slower (0.5B, 4 completions of 48
+    tokens after 200 prompt tokens, 1 thread: 14.4 s against 14.1 s CPU in bf16). Not covered:
+    other attention kernels (eager, flex) are left as they are."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     config = getattr(base, "config", None)
     if getattr(config, "_attn_implementation", None) != "sdpa":
@@ -203,7 +210,7 @@ def short_attention_in_fp32(model: Any) -> bool:
     return True
 
 
-FP32_ATTENTION_BELOW = 512  # keys; the measured crossover is between 258 and 700 (above)
+FP32_ATTENTION_BELOW = 272  # keys; the measured crossover (above): fp32 faster at 258, even at 272
 ATTENTION = "whale_sdpa"  # the name registered with transformers' attention interfaces
 
 
