@@ -187,9 +187,10 @@ def short_attention_in_fp32(model: Any) -> bool:
 
     Why: torch's CPU flash-attention backward in bf16 is slower than in fp32 on short
     sequences. Forward + backward of one Qwen2.5-0.5B layer's attention (14 query heads, 2 KV
-    heads, causal), 1 thread, a 2-core Xeon with AMX, torch 2.13 (`python -m
-    benchmarks.rsft_throughput ... --attention`): 129 keys fp32 1.9 ms / bf16 5.2 ms, 258 keys
-    6.0 / 7.4 ms, 700 keys 35.5 / 31.5 ms, 1,500 keys 128 / 90 ms; in a bf16 step of the weight
+    heads, causal), 1 thread, a 2-core Xeon with AMX, torch 2.13, quiet (`python -m
+    benchmarks.rsft_throughput ... --attention`): 129 keys fp32 1.9 ms / bf16 5.0 ms, 258 keys
+    6.1 / 7.5 ms, 512 keys 21.5 / 16.4 ms, 700 keys 33.7 / 28.8 ms, 1,500 keys 121.3 / 81.2 ms;
+    in a bf16 step of the weight
     phase on ~130-token examples, attention's backward was 11% of the step. The crossover, the
     same machine, CPU time of this function's two paths, best of 9, two runs (review of issue
     25): 258 keys fp32 0.86-0.91x bf16's time, 272 keys 1.00-1.04x, 288 1.09-1.14x, 320

@@ -17,17 +17,17 @@ clipping, constant learning rate. Why not TRL underneath:
   of TRL's tokenization, truncation or silent dropping of fully masked examples is wanted.
 `benchmarks/rsft_throughput.py` measures this loop against TRL on the same examples.
 
-Micro batches (`micro_batches`): the examples of a step are sorted by length (the step's
-gradient is a sum, so the order inside a step does not change it) and cut into micro batches
-of at most `micro_batch` examples (default 8) and `micro_tokens` padded tokens (default 1,024:
-a micro batch never holds more activations than one example of that length, and the default
-`max_len` allows 4,096), right-padded to the longest one, with an attention mask; 1 is
-pad-free. Why: a forward over a few short examples at once multiplies larger matrices, which bf16
-units do much faster per row than one short example's (on ~130-token examples of the 0.5B, 1
-thread, a Xeon with AMX: a bf16 step 1.3x faster with 4 examples per forward than with 1,
-fp32 1.07x; `python -m benchmarks.rsft_throughput --model-dir <0.5B> --examples 8
---batch-size 4 --micro-batch 1|4 --arms fp32,bf16 --threads 1`). Padding-free packing of
-several sequences into one row needs flash-attention's varlen kernels, which CPUs do not have.
+Micro batches (`micro_batches`): the examples of a step are sorted by length (the step's gradient is
+a sum, so the order inside a step does not change it) and cut into micro batches of at most
+`micro_batch` examples (default 8) and `micro_tokens` padded tokens (default 1,024: a micro batch
+never holds more activations than one example of that length, and the default `max_len` allows
+4,096), right-padded to the longest one, with an attention mask; 1 is pad-free. Why: a forward over
+a few short examples at once multiplies larger matrices, which bf16 units do much faster per row
+than one short example's (on ~130-token examples of the 0.5B, 1 thread, a quiet Xeon with AMX: a
+bf16 step 1.35x faster with a step's 4 examples in one forward than with one per forward, fp32
+1.06x; `python -m benchmarks.rsft_throughput --model-dir <0.5B> --examples 8 --batch-size 4
+[--micro-batch 1] --arms fp32,bf16 --threads 1`). Padding-free packing of several sequences into one
+row needs flash-attention's varlen kernels, which CPUs do not have.
 
 Several processes: `whale.train.launch` runs this loop under `accelerate launch` (DDP,
 DeepSpeed, FSDP; each rank trains on a disjoint shard of every step, and the loss is scaled so
