@@ -234,11 +234,14 @@ def run_trl(model_dir: Path, examples: list[Example], lora: LoraSettings,
         {"input_ids": e.input_ids, "completion_mask": [int(y != IGNORE) for y in e.labels]}
         for e in examples
     ])  # fmt: skip
+    # TRL's micro batches: the largest divisor of the batch size up to micro_batch, so that its
+    # optimizer steps hold batch_size examples too (no token limit: TRL has none)
+    most = min(sft.micro_batch, sft.batch_size)
+    mb = max(d for d in range(1, most + 1) if sft.batch_size % d == 0)
     with tempfile.TemporaryDirectory() as out:
         args = SFTConfig(
             output_dir=out, num_train_epochs=1, learning_rate=sft.lr,
-            per_device_train_batch_size=min(sft.micro_batch, sft.batch_size),  # no token limit
-            gradient_accumulation_steps=max(1, sft.batch_size // sft.micro_batch),
+            per_device_train_batch_size=mb, gradient_accumulation_steps=sft.batch_size // mb,
             lr_scheduler_type="constant", warmup_steps=0, weight_decay=sft.weight_decay,
             max_grad_norm=sft.max_grad_norm, optim="adamw_torch", adam_beta1=0.9,
             adam_beta2=0.999, adam_epsilon=1e-8, completion_only_loss=True, max_length=None,
