@@ -255,3 +255,24 @@ def test_the_keyring_filter_is_left_out_only_for_a_setuid_jail_of_a_normal_user(
             return launcher.launch([str(program)], None, None, "helper")[0]
 
     assert "-k" in argv(jail, 0) and "-k" in argv(plain, 1000) and "-k" not in argv(jail, 1000)
+
+
+def test_the_keyring_filter_is_left_out_for_a_normal_users_jail_with_file_capabilities(
+    helper, tmp_path, monkeypatch
+):
+    """File capabilities (`setcap cap_sys_admin+ep`, bwrap's privilege on some distributions)
+    are lost under no_new_privs as the setuid bit is."""
+    import shutil
+
+    if os.geteuid() != 0 or shutil.which("setcap") is None:
+        pytest.skip("setting file capabilities needs root and setcap")
+    jail = tmp_path / "bwrap"
+    jail.write_text("")
+    jail.chmod(0o755)
+    if subprocess.run(["setcap", "cap_sys_admin+ep", str(jail)]).returncode != 0:
+        pytest.skip("setcap failed here")
+    monkeypatch.setattr(launcher, "helper", lambda: helper)
+    with monkeypatch.context() as m:
+        m.setattr(os, "geteuid", lambda: 1000)
+        argv = launcher.launch([str(jail)], None, None, "helper")[0]
+    assert launcher.privileged(str(jail)) and "-k" not in argv

