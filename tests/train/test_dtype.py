@@ -159,42 +159,14 @@ def test_bf16_computes_the_lora_path_in_bf16_from_fp32_masters(tiny_model_dir, e
         t.close()
 
 
-def test_the_fused_lora_forward_computes_what_pefts_does(tiny_model_dir):
-    """base + (x A^T)(s B)^T in one addmm equals PEFT's base + s (x A^T) B^T, its output and the
-    gradients of both LoRA factors (fp32, where the two orders round alike to ~1e-6)."""
-    import torch
-    from peft import LoraConfig, get_peft_model
-    from peft.tuners.lora.layer import Linear as LoraLinear
-    from transformers import AutoModelForCausalLM
-
-    from whale.train.precision import FusedLoraLinear, lora_in_base_dtype
-
-    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
-    model = get_peft_model(base, LoraConfig(r=4, lora_alpha=12, target_modules=["q_proj"],
-                                            task_type="CAUSAL_LM"))  # fmt: skip
-    lora_in_base_dtype(model)
-    m = next(m for m in model.modules() if isinstance(m, LoraLinear))
-    assert type(m) is FusedLoraLinear
-    torch.nn.init.normal_(m.lora_B["default"].weight)  # B starts at zero: make the path count
-    x = torch.randn(2, 5, m.in_features)
-    outs = []
-    for forward in (FusedLoraLinear.forward, LoraLinear.forward):
-        y = forward(m, x)
-        y.pow(2).sum().backward()
-        outs.append((y.detach(), *(p.grad.clone() for p in (m.lora_A["default"].weight,
-                                                           m.lora_B["default"].weight))))  # fmt: skip
-        model.zero_grad(set_to_none=True)
-    for fused, peft in zip(*outs, strict=True):
-        assert torch.allclose(fused, peft, rtol=1e-5, atol=1e-5)
-    with m._disable_adapters_context() if hasattr(m, "_disable_adapters_context") else _off(m):
-        assert torch.equal(m(x), m.base_layer(x))  # PEFT's own forward when adapters are off
-
-
-@pytest.mark.parametrize("case", ["dropout", "merged", "two active", "lora bias", "scale"])
+@pytest.mark.parametrize("case", ["plain", "dropout", "merged", "two active", "lora bias",
+                                  "scale"])
 def test_review_the_fused_forward_equals_pefts_in_every_case(tiny_model_dir, case):
-    """Each case the fused forward takes (dropout: the same mask; a scale set after) or hands to
-    PEFT (merged weights, two active adapters, a LoRA bias): the output and gradients PEFT's
-    forward gives, on a model where every adapter's B is non-zero."""
+    """Each case the fused forward takes (one adapter, base + (x A^T)(s B)^T in one addmm;
+    dropout: the same mask; a scale set after) or hands to PEFT (merged weights, two active
+    adapters, a LoRA bias): the output and gradients PEFT's forward gives (fp32, where the two
+    orders round alike), on a model where every adapter's B is non-zero; with adapters off,
+    the base layer's."""
     import torch
     from peft import LoraConfig, get_peft_model
     from peft.tuners.lora.layer import Linear as LoraLinear
@@ -235,6 +207,8 @@ def test_review_the_fused_forward_equals_pefts_in_every_case(tiny_model_dir, cas
     assert len(outs[0]) == len(outs[1])
     for fused, peft in zip(*outs, strict=True):
         assert torch.allclose(fused, peft, rtol=1e-5, atol=1e-4)
+    m.enable_adapters(False)
+    assert torch.equal(m(x), m.base_layer(x))  # PEFT's own forward when adapters are off
 
 
 def test_review_lora_weights_partitioned_by_zero3_go_through_their_modules(tiny_model_dir):
@@ -329,19 +303,6 @@ def test_a_bf16_step_keeps_attention_on_many_keys_in_bf16(monkeypatch, tiny_mode
         assert _attention_dtypes(monkeypatch, t, examples)["train"] == {torch.bfloat16}
     finally:
         t.close()
-
-
-class _off:
-    """Adapters disabled on one LoRA layer for the block."""
-
-    def __init__(self, layer):
-        self.layer = layer
-
-    def __enter__(self):
-        self.layer.enable_adapters(False)
-
-    def __exit__(self, *exc):
-        self.layer.enable_adapters(True)
 
 
 def test_a_bf16_model_pickles_and_computes_the_same_after(tiny_model_dir, examples):

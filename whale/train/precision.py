@@ -185,23 +185,21 @@ def short_attention_in_fp32(model: Any) -> bool:
     fewer than `FP32_ATTENTION_BELOW` keys (its inputs cast up, its output back), and as before
     otherwise. Returns whether the model's attention was changed (not for other kernels).
 
-    Why: torch's CPU flash-attention backward in bf16 is slower than in fp32 on short
-    sequences. Forward + backward of one Qwen2.5-0.5B layer's attention (14 query heads, 2 KV
-    heads, causal), 1 thread, a 2-core Xeon with AMX, torch 2.13, quiet (`python -m
-    benchmarks.rsft_throughput ... --attention`): 129 keys fp32 1.9 ms / bf16 5.0 ms, 258 keys
-    6.1 / 7.5 ms, 512 keys 21.5 / 16.4 ms, 700 keys 33.7 / 28.8 ms, 1,500 keys 121.3 / 81.2 ms;
-    in a bf16 step of the weight
-    phase on ~130-token examples, attention's backward was 11% of the step. The crossover, the
-    same machine, CPU time of this function's two paths, best of 9, two runs (review of issue
-    25): 258 keys fp32 0.86-0.91x bf16's time, 272 keys 1.00-1.04x, 288 1.09-1.14x, 320
-    1.15-1.20x, 384 1.30-1.34x, 448 1.31-1.44x, 511 1.14-1.22x (batches of 1 and 3); a step of
-    4 x ~410-token examples of the 0.5B was 1-4% faster with the bound at 272 than at 512.
-    Only in training mode (`module.training`), so a checkpointed layer's recompute computes
-    what its forward did; `loss` (eval mode) keeps bf16, and so does generation in eval mode,
-    but TRL's GRPO generates in training mode: its prompts and completions of fewer keys are
-    attended in fp32 too, forward only, where fp32 is the slower (0.5B, 4 completions of 48
-    tokens after 200 prompt tokens, 1 thread: 14.4 s against 14.1 s CPU in bf16). Not covered:
-    other attention kernels (eager, flex) are left as they are."""
+    Why: torch's CPU flash-attention backward in bf16 is slower than in fp32 on short sequences.
+    Forward + backward of one Qwen2.5-0.5B layer's attention (14 query heads, 2 KV heads, causal), 1
+    thread, a 2-core Xeon with AMX, torch 2.13, quiet (`python -m benchmarks.rsft_throughput ...
+    --attention`): 129 keys fp32 1.9 ms / bf16 5.0 ms, 258 keys 6.1 / 7.5 ms, 512 keys 21.5 / 16.4
+    ms, 700 keys 33.7 / 28.8 ms, 1,500 keys 121.3 / 81.2 ms; in a bf16 step of the weight phase on
+    ~130-token examples, attention's backward was 11% of the step. Around the crossover, the same
+    command's function run twice beside other work (2026-12-05): 258 keys fp32 0.87x bf16's time,
+    288 keys 1.01-1.06x, 384 keys 1.23-1.27x, so the bound sits between the two (272, where an
+    earlier, ad hoc timing put it). Only in training mode (`module.training`), so a checkpointed
+    layer's recompute computes what its forward did; `loss` (eval mode) keeps bf16, and so does
+    generation in eval mode, but TRL's GRPO generates in training mode: its sequences of fewer keys
+    are attended in fp32 there too, forward only, where bf16's kernel is the faster one (what that
+    costs was not measured; the Harness Learning experiment generates on the llama.cpp server
+    instead, `grpo.generation = "embedded"`). Not covered: other attention kernels (eager, flex) are
+    left as they are."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     config = getattr(base, "config", None)
     if getattr(config, "_attn_implementation", None) != "sdpa":
@@ -211,7 +209,7 @@ def short_attention_in_fp32(model: Any) -> bool:
     return True
 
 
-FP32_ATTENTION_BELOW = 272  # keys; the measured crossover (above): fp32 faster at 258, even at 272
+FP32_ATTENTION_BELOW = 272  # keys; the measured crossover (above) is between 258 and 288
 ATTENTION = "whale_sdpa"  # the name registered with transformers' attention interfaces
 
 
