@@ -1,5 +1,6 @@
 """Budgets are enforced by the broker, and every refusal is recorded."""
 
+import dataclasses
 
 from tests.fakes import ScriptedModel
 from whale.harness import Budget, Runtime
@@ -96,6 +97,23 @@ def test_total_token_budget_is_enforced():
     model = ScriptedModel(["one two three four five"])  # 5 completion tokens per call
     t = Runtime(model=model, budget=Budget(max_total_tokens=12)).run(CALL_N_TIMES, "5")
     assert t.status == "budget_exceeded" and len(model.calls) == 3
+
+
+class _NoUsage(ScriptedModel):
+    """A backend that reports no usage (some OpenAI-compatible servers and proxies)."""
+
+    def chat(self, messages, sampling, timeout=None):  # type: ignore[no-untyped-def]
+        return dataclasses.replace(super().chat(messages, sampling, timeout), usage={})
+
+
+def test_total_token_budget_holds_against_a_backend_that_reports_no_usage():
+    # Each call is charged its cap (max_tokens 5): the third call would pass 12, so it is
+    # sent with the 2 tokens left, and the fourth is refused.
+    model = _NoUsage(["one"])
+    src = CALL_N_TIMES.replace("}])", "}], max_tokens=5)")
+    t = Runtime(model=model, budget=Budget(max_total_tokens=12)).run(src, "9")
+    assert t.status == "budget_exceeded" and len(model.calls) == 3
+    assert [s.max_tokens for _, s in model.calls] == [5, 5, 2]
 
 
 class _TimeoutSpy(ScriptedModel):

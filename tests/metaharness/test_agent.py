@@ -1,3 +1,4 @@
+import dataclasses
 import json
 
 import pytest
@@ -65,6 +66,17 @@ def test_the_token_budget_ends_a_session(tools):
     model = ScriptedModel(["CALL top {} " + "word " * 50])
     s = ProposerAgent(model, tools, AgentConfig(max_tokens=60)).run(1, 0, seed=0, brief="")
     assert s.ended == "token budget" and len(model.calls) == 2
+
+
+def test_the_token_budget_ends_a_session_whose_backend_reports_no_usage(tools):
+    class NoUsage(ScriptedModel):
+        def chat(self, messages, sampling, timeout=None):  # type: ignore[no-untyped-def]
+            return dataclasses.replace(super().chat(messages, sampling, timeout), usage={})
+
+    model = NoUsage(['CALL top {"k": 3}'])  # each reply is charged its cap, step_tokens 40
+    cfg = AgentConfig(max_tokens=100, step_tokens=40)
+    s = ProposerAgent(model, tools, cfg).run(1, 0, seed=0, brief="")
+    assert s.ended == "token budget" and len(model.calls) == 3
 
 
 def test_the_grammar_lets_submit_search_only_whole_lines_of_the_offered_bases():

@@ -141,12 +141,20 @@ def test_null_content_and_finish_reason_read_as_empty_text_and_stop():
     assert (c.text, c.finish_reason, c.usage) == ("", "stop", {})
 
 
-def test_usage_counts_that_are_not_counts_read_as_zero():
+def test_usage_counts_that_are_not_counts_are_left_out():
     reply = {"choices": [{"message": {"content": "x"}}],
-             "usage": {"prompt_tokens": "7", "completion_tokens": -2, "total_tokens": True}}
+             "usage": {"prompt_tokens": 1.5, "completion_tokens": -2, "total_tokens": True}}
     with StubServer([("json", reply)]) as s:
         c = client(s).chat(MSG, Sampling())
-    assert c.usage == {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+    assert c.usage == {}
+
+
+def test_usage_counts_sent_as_digit_strings_are_read():
+    reply = {"choices": [{"message": {"content": "x"}}],
+             "usage": {"prompt_tokens": "7", "completion_tokens": "3", "total_tokens": "1e3"}}
+    with StubServer([("json", reply)]) as s:
+        c = client(s).chat(MSG, Sampling())
+    assert c.usage == {"prompt_tokens": 7, "completion_tokens": 3}
 
 
 def test_tool_call_arguments_sent_as_an_object_come_back_as_json_text():

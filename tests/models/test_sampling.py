@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from whale.models.base import MAX_TEMPERATURE, Sampling
+from whale.models.base import MAX_TEMPERATURE, Completion, Sampling
 
 
 @pytest.mark.parametrize("max_tokens", [0, -1, True, 1.0, "8"])
@@ -38,3 +38,10 @@ def test_other_fields_of_the_wrong_type_are_refused(kwargs):
 def test_the_ends_of_each_range_are_accepted():
     s = Sampling(max_tokens=1, temperature=MAX_TEMPERATURE, top_p=1.0, stop=("a",), seed=None)
     assert s.key()["temperature"] == 2.0 and Sampling(temperature=0, top_p=1e-9).top_p == 1e-9
+
+
+def test_a_reply_without_a_completion_count_is_charged_its_ids_else_its_cap():
+    counted = Completion("a b", "stop", {"completion_tokens": 2}, token_ids=[1, 2, 3])
+    ids_only = Completion("a b", "stop", {}, token_ids=[1, 2, 3])
+    nothing = Completion("a b", "stop", {"prompt_tokens": 4})
+    assert [c.charged_tokens(64) for c in (counted, ids_only, nothing)] == [2, 3, 64]

@@ -388,7 +388,7 @@ class _Run:
         except ModelError as e:
             self._record_failed_call(messages, sampling, t, e)
             raise ModelFailed(f"model error: {e}") from None
-        self.used["tokens"] += int(c.usage.get("completion_tokens", 0))
+        self.used["tokens"] += c.charged_tokens(sampling.max_tokens)
         calls = reply_calls(c, self.used["model_calls"] - 1)
         self.traj.add_model_call(
             ModelCall(

@@ -357,7 +357,7 @@ class ProposerAgent:
             c = self._chat(s, sampling)
             if c is None:
                 return s
-            s.tokens += int(c.usage.get("completion_tokens", 0))
+            s.tokens += c.charged_tokens(sampling.max_tokens)
             text = valid_text(c.text)
             call, reply = _read_call(c, text)
             if call is not None and c.tool_calls:

@@ -159,6 +159,16 @@ class Completion:
     # (`text_call`; `text` is then ""), else None: what the SFT data builder trains on.
     raw_text: str | None = None
 
+    def charged_tokens(self, cap: int) -> int:
+        """The completion tokens a budget charges this reply: the backend's count; where it
+        gave none (a server without `usage`), the sampled ids' length, else `cap`, the
+        max_tokens the call was sent with. An over-charge, never an under-charge, so that a
+        backend that reports no usage cannot leave a token budget unenforced."""
+        n = self.usage.get("completion_tokens")
+        if isinstance(n, int) and not isinstance(n, bool) and n >= 0:
+            return n
+        return len(self.token_ids) if self.token_ids is not None else cap
+
 
 def template_messages(messages: list[Message]) -> list[Message]:
     """`messages` as chat templates read them: each assistant tool call's `arguments` (JSON

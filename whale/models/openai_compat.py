@@ -366,14 +366,21 @@ def _text(x: Any) -> str:
 
 
 def _usage(r: dict[str, Any]) -> dict[str, int]:
+    """The reply's token counts; a count the server did not give as one is absent, not 0
+    (a budget then charges the call's cap: Completion.charged_tokens)."""
     u = r.get("usage")
     if not isinstance(u, dict):
         return {}
-    return {k: _count(u.get(k)) for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
+    counts = {k: _count(u.get(k)) for k in ("prompt_tokens", "completion_tokens", "total_tokens")}
+    return {k: n for k, n in counts.items() if n is not None}
 
 
-def _count(x: Any) -> int:
-    return x if isinstance(x, int) and not isinstance(x, bool) and x >= 0 else 0
+def _count(x: Any) -> int | None:
+    """A non-negative integer, or one written as its decimal digits (a proxy that sends
+    "12"); None for anything else (a bool, a negative, a float, other text)."""
+    if isinstance(x, str) and x.isascii() and x.isdigit() and len(x) <= 18:
+        x = int(x)
+    return x if isinstance(x, int) and not isinstance(x, bool) and x >= 0 else None
 
 
 def _tool_calls(raw: Any) -> list[dict[str, str]]:
