@@ -627,3 +627,36 @@ def test_review26_a_weight_step_resumed_from_an_fp32_adapter_stays_fp32(tiny_mod
         assert r.dtype == "bf16"  # named: obeyed (logged)
     finally:
         r.close()
+
+
+def test_short_attention_reports_a_switch_transformers_did_not_make():
+    """transformers may leave the attention as it was without raising (a model class that
+    does not take a registered function); the switch then says False, as the model does."""
+    from types import SimpleNamespace
+
+    from whale.train.precision import short_attention_in_fp32
+
+    class Refuses:
+        config = SimpleNamespace(_attn_implementation="sdpa")
+
+        def set_attn_implementation(self, name: str) -> None:
+            pass  # unchanged, no error
+
+    class Raises(Refuses):
+        def set_attn_implementation(self, name: str) -> None:
+            raise ValueError(f"{name} is not supported by this model")
+
+    assert short_attention_in_fp32(Refuses()) is False
+    assert short_attention_in_fp32(Raises()) is False
+
+
+def test_short_attention_switches_an_sdpa_model_and_says_so(tiny_model_dir):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from whale.train.precision import ATTENTION, short_attention_in_fp32
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.bfloat16,
+                                                 attn_implementation="sdpa")  # fmt: skip
+    assert short_attention_in_fp32(model) is True
+    assert model.config._attn_implementation == ATTENTION
