@@ -124,6 +124,17 @@ def test_chat_choices_without_logprobs_leaves_the_count_out():
     assert all("completion_tokens" not in c.usage for c in cs)
 
 
+def test_chat_choices_whose_usage_has_no_prompt_count_are_read():
+    reply = {"choices": [{"message": {"content": "a"}, "finish_reason": "stop"},
+                         {"message": {"content": "b"}, "finish_reason": "stop"}],
+             "usage": {"prompt_tokens": None, "completion_tokens": 2}}  # fmt: skip
+    with StubServer([("json", reply)]) as stub:
+        m = OpenAICompatible("m", stub.base_url, retries=0)
+        cs = m.chat_choices(MESSAGES, SAMPLED, 2)
+        m.close()
+    assert [(c.text, c.usage) for c in cs] == [("a", {}), ("b", {})]
+
+
 def test_chat_choices_refuses_tools():
     tools = Sampling(max_tokens=8, temperature=0.7, tools='[{"type": "function"}]')
     with StubServer([("ok", "x")]) as stub:

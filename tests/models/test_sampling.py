@@ -45,3 +45,10 @@ def test_a_reply_without_a_completion_count_is_charged_its_ids_else_its_cap():
     ids_only = Completion("a b", "stop", {}, token_ids=[1, 2, 3])
     nothing = Completion("a b", "stop", {"prompt_tokens": 4})
     assert [c.charged_tokens(64) for c in (counted, ids_only, nothing)] == [2, 3, 64]
+
+
+def test_a_reply_with_text_that_its_backend_counts_as_zero_is_not_free():
+    # A server that does not count, or a reply cached when whale stored a missing count as 0.
+    said = Completion("a long reply", "stop", {"completion_tokens": 0})
+    empty = Completion("", "stop", {"completion_tokens": 0})
+    assert (said.charged_tokens(64), empty.charged_tokens(64)) == (64, 0)

@@ -161,13 +161,16 @@ class Completion:
 
     def charged_tokens(self, cap: int) -> int:
         """The completion tokens a budget charges this reply: the backend's count; where it
-        gave none (a server without `usage`), the sampled ids' length, else `cap`, the
-        max_tokens the call was sent with. An over-charge, never an under-charge, so that a
-        backend that reports no usage cannot leave a token budget unenforced."""
+        gave none (a server without `usage`), or 0 for a reply that has text or a tool call
+        (a server that does not count, or a reply cached when whale stored a missing count
+        as 0), the sampled ids' length, else `cap`, the max_tokens the call was sent with. An
+        over-charge, never an under-charge, so that a backend that reports no usage cannot
+        leave a token budget unenforced."""
         n = self.usage.get("completion_tokens")
-        if isinstance(n, int) and not isinstance(n, bool) and n >= 0:
+        said = bool(self.text or self.tool_calls or self.token_ids)
+        if isinstance(n, int) and not isinstance(n, bool) and n >= 0 and (n > 0 or not said):
             return n
-        return len(self.token_ids) if self.token_ids is not None else cap
+        return len(self.token_ids) if self.token_ids else cap
 
 
 def template_messages(messages: list[Message]) -> list[Message]:

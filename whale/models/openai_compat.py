@@ -284,7 +284,7 @@ class OpenAICompatible:
         usage = _usage(r)
         out = []
         for choice in choices:
-            own = {"prompt_tokens": usage["prompt_tokens"]} if usage else {}
+            own = {"prompt_tokens": usage["prompt_tokens"]} if "prompt_tokens" in usage else {}
             logprobs = _field(choice, "logprobs")
             content = logprobs.get("content") if isinstance(logprobs, dict) else None
             if isinstance(content, list):
