@@ -57,3 +57,22 @@ def test_the_ratchet_curve_is_the_mean_and_se_over_families_round_by_round(tmp_p
     assert "| base | 0.100 | 0.100 | - | 1 |" in text
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "](r.png)" in text
     assert ratchet_lines([], png) == []
+
+
+def test_an_evaluate_in_progress_shows_the_families_each_proposer_has_done(tmp_path: Path):
+    fields = {"families": {"eval": ["rg:a", "rg:b"]}, "evaluate": {"contexts": 2, "rounds": 2}}
+    rec = StepRecord("proposer", "train_proposer", "h", {"fields": fields}, "started")
+    d = tmp_path / "proposer"
+    fam = d / "evaluate" / "grpo-0123456789"
+    for name in ("rg_a", "rg_b"):
+        for k in range(2):  # rg:b's second context has no proposals yet
+            if name == "rg_a" or k == 0:
+                (fam / name / "proposals").mkdir(parents=True, exist_ok=True)
+                (fam / name / "proposals" / f"c{k}.json").write_text("[]")
+    (fam / "rg_a" / "ratchet" / "round_02").mkdir(parents=True)
+    (fam / "rg_a" / "ratchet" / "round_02" / "decision.json").write_text("{}")
+    (d / "evaluate" / "sft-9876543210").mkdir()
+    step = Step("proposer", "train_proposer", ("evaluate",), fields)
+    text = "\n".join(train_proposer_tables(step, rec, d, tmp_path / "t.md"))
+    assert "| `grpo-0123456789` | 1 of 2 | rg:a |" in text
+    assert "| `sft-9876543210` | 0 of 2 | - |" in text

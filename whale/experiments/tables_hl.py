@@ -2,7 +2,7 @@
 family, SFT and GRPO as they ran, and `evaluate`'s per-family readings and paired differences
 (its own `summary.json` table; the pairs it does not take, between two proposers that are not
 its subject, by the same `paired` function over its `readings.json`), and the ratchet curve
-with its plot (`ratchet_plot`)."""
+with its plot (`ratchet_plot`); while evaluate runs, the families each proposer has done."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from whale.experiments.records import StepRecord
 from whale.experiments.spec import Step
 from whale.records import read_json
 from whale.train.proposer.contexts import family_dir
-from whale.train.proposer.evaluate import READINGS, FamilyReading, paired
+from whale.train.proposer.evaluate import READINGS, EvaluateSettings, FamilyReading, paired
 
 
 def train_proposer_tables(step: Step, rec: StepRecord, d: Path, target: Path) -> list[str]:
@@ -123,7 +123,7 @@ def _held_out_n(d: Path, family: str) -> int | None:
 def _evaluate(d: Path, f: dict[str, Any], png: Path) -> list[str]:
     path = d / "evaluate" / "summary.json"
     if not path.is_file():
-        return []
+        return _evaluate_progress(d, f)
     s = read_json(path)
     short = str(d.parent) + "/"  # a proposer named by its adapter folder: STEP/sft/adapter
 
@@ -168,3 +168,34 @@ def _evaluate(d: Path, f: dict[str, Any], png: Path) -> list[str]:
                     f"{p['mean_diff']:+.3f} | {fmt(p['se'])} |"
                 )
     return lines
+
+
+def _evaluate_progress(d: Path, f: dict[str, Any]) -> list[str]:
+    """An evaluate that has not finished (no summary.json): per proposer folder, the families
+    whose contexts' proposals and ratchet rounds are all on disk. No reading: evaluate reads
+    each family's held-out split once, after every proposer has run."""
+    root = d / "evaluate"
+    dirs = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    if not dirs:
+        return []
+    es = EvaluateSettings()
+    contexts = int(field(f, "evaluate.contexts", es.contexts))
+    rounds = int(field(f, "evaluate.rounds", es.rounds))
+    fams = list(field(f, "evaluate.only", []) or field(f, "families.eval", []) or [])
+
+    def done(fam_dir: Path) -> bool:
+        props = fam_dir / "proposals"
+        n = len(list(props.glob("*.json"))) if props.is_dir() else 0
+        last = fam_dir / "ratchet" / f"round_{rounds:02d}" / "decision.json"
+        return n >= contexts and (rounds == 0 or last.is_file())
+
+    lines = ["", "### Evaluate, not finished (no `evaluate/summary.json` yet)", "",
+             f"Per proposer folder, the families whose {contexts} contexts of proposals and "
+             f"{rounds} ratchet rounds are on disk; the held-out readings come after every "
+             "proposer has run.", "", "| proposer folder | families done | which |",
+             "|---|---|---|"]  # fmt: skip
+    for p in dirs:
+        fin = [fam for fam in fams if done(p / fam.replace(":", "_"))]
+        lines.append(f"| `{p.name}` | {len(fin)} of {len(fams)} | {', '.join(fin) or '-'} |")
+    return lines
+
