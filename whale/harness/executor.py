@@ -101,7 +101,7 @@ class ExecutorConfig:
 
 def remote_fault(model: Any) -> str | None:
     """Why actors on other processes could not call `model` (None: they can), from its type
-    alone, before anything starts: what `whale.harness.ray_executor.describe_model` accepts."""
+    alone, before anything starts: what `whale.harness.ray_specs.describe_model` accepts."""
     from whale.models import CachedModel, EmbeddedLlama, Fleet, OpenAICompatible
 
     if model is None or callable(getattr(model, "resolve_model", None)):

@@ -19,7 +19,7 @@ from whale.models.base import MAX_TEMPERATURE, ChatModel
 # Budget fields that may be 0 (a run that may not call the model at all is a real setting);
 # every other number of the budget and the limits must be positive.
 _MAY_BE_ZERO = {"model_calls", "retrievals", "tool_calls"}
-# Ray actors rebuild the Runtime elsewhere (ray_executor.RuntimeSpec), without a tools process.
+# Ray actors rebuild the Runtime elsewhere (ray_specs.RuntimeSpec), without a tools process.
 RAY_REFUSAL = ("user tools run in a tools process on this machine, which Ray actors cannot "
                'reach: use runtime.executor.kind = "local"')  # fmt: skip
 

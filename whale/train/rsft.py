@@ -189,7 +189,7 @@ class _Lazy:
 
     def resolve_model(self) -> ChatModel:
         """The served model itself (served now): what an executor that runs rollouts in other
-        processes describes to them (whale.harness.ray_executor.describe_model)."""
+        processes describes to them (whale.harness.ray_specs.describe_model)."""
         return self.solver.model()
 
 
