@@ -60,7 +60,7 @@ from whale.train.proposer.contexts import (
     make_context,
 )
 from whale.train.proposer.reward import candidate_of, echo_screen
-from whale.train.proposer.teacher import context_file, stored_proposals
+from whale.train.proposer.teacher import context_file, failure_cause, stored_proposals
 
 READINGS = ("applicable", "mean", "mean_no_change", "oracle", "oracle_no_change", "ratchet")
 
@@ -198,7 +198,8 @@ def _single_step(name: str, proposer: Proposer, ctx: RevisionContext, k: int,
     failed = [p for p in props if p.error is not None]
     if failed:  # a timeout is not a bad edit: the reading would mix the two
         raise RecordError(f"evaluate {name} on {ctx.id}: {len(failed)} proposal(s) failed "
-                          f"({failed[0].error}); run evaluate again to ask for them")  # fmt: skip
+                          f"({failed[0].error}); run evaluate again to ask for them"
+                          ) from failure_cause([str(p.error) for p in failed])  # fmt: skip
     plan = _ContextPlan({}, {}, 0)
     for i, p in enumerate(props):
         src, bad = candidate_of(ctx, p.text, echo)
