@@ -84,3 +84,16 @@ def test_proposals_lost_with_a_batch_that_timed_out_are_named_by_the_timeout(tmp
     assert [p.error is None for p in out] == [True, True, False, False]
     assert failure_cause([str(p.error) for p in out[2:]]) is not None
     assert _stored(tmp_path / "p.json") == [0, 1]
+
+
+def test_a_failed_proposal_stored_by_an_older_whale_is_asked_again(tmp_path):
+    # whale before this change wrote a failed proposal into the file with the next success,
+    # and a resume then read the failure back for ever ("run evaluate again" did not help).
+    path = tmp_path / "p.json"
+    stored_proposals(path, Proposer(Sharing([GOOD_EDIT])), CTX, 3, 1000)
+    rows = json.loads(path.read_text())
+    rows[1].update(text="", finish_reason="error", error="ModelTimeout: no reply", tokens=0)
+    path.write_text(json.dumps(rows))
+    again = Sharing([GOOD_EDIT])
+    out = stored_proposals(path, Proposer(again), CTX, 3, 1000)
+    assert [s.seed for _, s in again.calls] == [1001] and all(p.error is None for p in out)

@@ -112,9 +112,11 @@ def stored_proposals(path: Path, proposer: Proposer, ctx: RevisionContext, g: in
         for row in rows:
             try:
                 i = int(row.pop("index"))
-                done[i] = Proposal(**row)
+                p = Proposal(**row)
             except (TypeError, KeyError, ValueError, AttributeError) as e:
                 raise RecordError(f"{path}: not a proposal ({e})") from None
+            if p.error is None:  # a failed one (stored by whale before 2026-12-05) asked again
+                done[i] = p
     first = 0
     while first < g:
         if first in done:
