@@ -261,6 +261,14 @@ def test_the_pool_keeps_adapts_held_out_questions_out(tmp_path):
     assert pool.expected(train[0]) == train[0].reference  # other attributes are the task's
 
 
+def test_a_pool_too_repetitive_for_adapt_reserves_nothing():
+    """rg:coin_flip has 79 distinct questions among its first 100: adapt refuses that pool at
+    its defaults, so it seals nothing, and diagnose must not stop on it (it did)."""
+    task = CountTask(200)
+    task._qs[50:71] = [Question(f"d{i}", "How many is 7?", "7") for i in range(21)]
+    assert adapt_held_out(task, 0) == []
+
+
 def test_the_pool_excludes_by_normalized_text_too():
     task = CountTask(5)
     same_text = Question("other-id", "how many IS 3", "3")

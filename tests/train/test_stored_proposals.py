@@ -97,3 +97,19 @@ def test_a_failed_proposal_stored_by_an_older_whale_is_asked_again(tmp_path):
     again = Sharing([GOOD_EDIT])
     out = stored_proposals(path, Proposer(again), CTX, 3, 1000)
     assert [s.seed for _, s in again.calls] == [1001] and all(p.error is None for p in out)
+
+
+def test_proposals_lost_with_a_cached_batch_that_timed_out_are_named_by_the_timeout(tmp_path):
+    """The response cache wraps the backend's PartialBatch in its own."""
+    from whale.models.base import PartialBatch
+
+    class Wrapped(Sharing):
+        def chat_n(self, messages, sampling, n, timeout=None):  # type: ignore[no-untyped-def]
+            done = super().chat_n(messages, sampling, 1)
+            try:
+                raise PartialBatch("inner", done) from ModelTimeout("no reply")
+            except PartialBatch as inner:
+                raise PartialBatch("outer", done) from inner
+
+    out = Proposer(Wrapped([GOOD_EDIT])).propose("p", 3, 0)
+    assert [str(p.error).split(":")[0] for p in out[1:]] == ["ModelTimeout"] * 2

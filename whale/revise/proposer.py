@@ -256,10 +256,13 @@ class Proposer:
                 done = chat_n(self.model, messages, sampling(0), g)
             except ModelError as e:  # the ones a partial failure returned are kept
                 kept = e.done if isinstance(e, PartialBatch) else []
-                # named by what failed (a timeout), not by the batch that carried it
-                kind = type(e.__cause__ if isinstance(e, PartialBatch) and e.__cause__ else e)
+                # named by what failed (a timeout), not by the batches that carried it (the
+                # response cache wraps the backend's PartialBatch in its own)
+                cause: BaseException = e
+                while isinstance(cause, PartialBatch) and isinstance(cause.__cause__, ModelError):
+                    cause = cause.__cause__
                 return [made(i, c) for i, c in enumerate(kept)] + [
-                    Proposal("", seed + i, "error", f"{kind.__name__}: {e}")
+                    Proposal("", seed + i, "error", f"{type(cause).__name__}: {e}")
                     for i in range(len(kept), g)]  # fmt: skip
             return [made(i, c) for i, c in enumerate(done)]
 
