@@ -139,7 +139,8 @@ def test_evaluates_held_out_readings_are_accuracies(setup, tmp_path):
     cs = ContextSettings(dev=12, score=6, eval=8, feedback=4, contexts=1,
                          seeds=[str(tmp_path / "seed.py")])  # fmt: skip
     proposer = ScriptedModel([NEAR_EDIT, GOOD_EDIT])  # then GOOD_EDIT in the ratchet's round
-    out = evaluate_proposers({"p": lambda: proposer}, [fam], rt, cs, ProposerConfig(),
+    # one call at a time: the script's replies go by call order
+    out = evaluate_proposers({"p": lambda: proposer}, [fam], rt, cs, ProposerConfig(concurrency=1),
                              EvaluateSettings(against=[], contexts=1, g=2, rounds=1), 2,
                              tmp_path / "evaluate")  # fmt: skip
     (row,) = out["readings"]

@@ -48,7 +48,10 @@ def cfg_and_models(tmp_path, monkeypatch):
     seed.write_text(SEED)
     template.write_text("Task: {description}\nHarness:\n{source}\nReport:\n{report}\nEdit it.")
     # family b gets other code: the same harness twice would be a duplicate, kept once
-    teacher = ScriptedModel([GOOD_EDIT, BAD_EDIT, OTHER_GOOD, BAD_EDIT])
+    # Replies by seed, not by call order: a context's proposals are asked side by side. The
+    # teacher's seed for proposal i of context n is seed * 100_000 + n * 100 + i.
+    replies = [GOOD_EDIT, BAD_EDIT, OTHER_GOOD, BAD_EDIT]
+    teacher = ScriptedModel(lambda messages, s: replies[(s.seed // 100 % 1000) * 2 + s.seed % 100])
     made: list[str] = []
 
     def build_model(mcfg):

@@ -42,7 +42,7 @@ def test_a_resume_asks_each_run_of_missing_proposals_at_once(tmp_path):
     path.write_text(json.dumps(rows))
     again = Sharing([GOOD_EDIT])
     out = stored_proposals(path, Proposer(again), CTX, 8, 1000)
-    assert again.batches == [(1001, 2), (1004, 4)]
+    assert sorted(again.batches) == [(1001, 2), (1004, 4)]
     assert [p.seed for p in out] == list(range(1000, 1008)) and _stored(path) == list(range(8))
 
 

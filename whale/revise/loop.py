@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import random
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -260,23 +259,7 @@ def _proposals(
     missing = [i for i in range(g) if i not in done]
     if not missing:
         return [done[i] for i in range(g)]
-    # A backend that shares the prompt among samples (Proposer.shares_prompt) is asked for
-    # each run of consecutive indices at once (the prompt processed once per run), the runs
-    # side by side; any other, one call per index, `concurrency` at a time (as always).
-    runs: list[list[int]] = []
-    for i in missing:
-        if runs and runs[-1][-1] == i - 1 and proposer.shares_prompt():
-            runs[-1].append(i)
-        else:
-            runs.append([i])
-    workers = max(1, min(len(runs), proposer.cfg.concurrency))
-
-    def some(run: list[int]) -> list[Proposal]:
-        return proposer.propose(prompt, len(run), seed + run[0], parent)
-
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        asked = [p for made in pool.map(some, runs) for p in made]
-    fresh = dict(zip(missing, asked, strict=True))
+    fresh = proposer.ask_missing(prompt, missing, seed, parent)
     done.update({i: p for i, p in fresh.items() if p.error is None})
     rd.write_json("proposals.json", [{"index": i, **asdict(done[i])} for i in sorted(done)])
     failed = [{"index": i, **asdict(p)} for i, p in fresh.items() if p.error is not None]

@@ -275,3 +275,24 @@ class Proposer:
 
         with ThreadPoolExecutor(max_workers=max(1, min(g, self.cfg.concurrency))) as pool:
             return list(pool.map(one, range(g)))
+
+
+    def ask_missing(self, prompt: str, missing: Sequence[int], seed: int,
+                    parent: str | None = None) -> dict[int, Proposal]:  # fmt: skip
+        """Proposals for the indices `missing` (ascending) of a set whose proposal i has seed
+        `seed + i`: where the backend shares the prompt among samples (`shares_prompt`), each
+        run of consecutive indices in one `propose`, the runs side by side; else one call per
+        index, `concurrency` at a time. What a resumed round or context asks for."""
+        runs: list[list[int]] = []
+        for i in missing:
+            if runs and runs[-1][-1] == i - 1 and self.shares_prompt():
+                runs[-1].append(i)
+            else:
+                runs.append([i])
+
+        def some(run: list[int]) -> list[Proposal]:
+            return self.propose(prompt, len(run), seed + run[0], parent)
+
+        with ThreadPoolExecutor(max_workers=max(1, min(len(runs), self.cfg.concurrency))) as pool:
+            asked = [p for made in pool.map(some, runs) for p in made]
+        return dict(zip(missing, asked, strict=True))

@@ -99,12 +99,13 @@ def context_file(ctx: RevisionContext, prompt: str | None = None) -> str:
 def stored_proposals(path: Path, proposer: Proposer, ctx: RevisionContext, g: int,
                      seed: int, prompt: str | None = None) -> list[Proposal]:  # fmt: skip
     """The g proposals for `ctx` (asked with `prompt`, default ctx.prompt), proposal i with
-    seed `seed + i`, stored ones reused. Those not stored are asked in runs of consecutive
-    indices, a run in one `Proposer.propose`: the embedded server then reads the prompt once
-    and decodes up to its slots at once. In the Harness Learning run's evaluate (0.5B proposer
-    with its GRPO adapter, 2 cores, read from the files' times), a context of 8 took 4-6 min
-    for 2,745-3,432 tokens one call at a time, and 101 s for 2,754 tokens so. Each run is
-    stored when it comes back; a failed proposal is not, so a resume asks it again."""
+    seed `seed + i`, stored ones reused. Those not stored are asked as a resumed round asks them
+    (`Proposer.ask_missing`): each run of consecutive indices in one request where the backend
+    shares the prompt, the embedded server reading it once and decoding up to its slots at once.
+    In the Harness Learning run's evaluate (0.5B proposer with its GRPO adapter, 2 cores, read
+    from the files' times), a context of 8 took 4-6 min for 2,745-3,432 tokens one call at a
+    time, and 101 s for 2,754 tokens so. They are stored when all have come back; a failed
+    proposal is not, so a resume asks it again."""
     done: dict[int, Proposal] = {}
     if path.exists():
         rows = read_json(path)
@@ -118,18 +119,11 @@ def stored_proposals(path: Path, proposer: Proposer, ctx: RevisionContext, g: in
                 raise RecordError(f"{path}: not a proposal ({e})") from None
             if p.error is None:  # a failed one (stored by whale before 2026-12-05) asked again
                 done[i] = p
-    first = 0
-    while first < g:
-        if first in done:
-            first += 1
-            continue
-        end = next((i for i in range(first, g) if i in done), g)
-        asked = proposer.propose(prompt or ctx.prompt, end - first, seed + first,
-                                 ctx.parent_source)  # fmt: skip
-        done.update(zip(range(first, end), asked, strict=True))
+    missing = [i for i in range(g) if i not in done]
+    if missing:
+        done.update(proposer.ask_missing(prompt or ctx.prompt, missing, seed, ctx.parent_source))
         write_atomic(path, json.dumps([{"index": k, **asdict(v)} for k, v in sorted(done.items())
                                        if v.error is None]))  # fmt: skip
-        first = end
     return [done[i] for i in range(g)]
 
 
