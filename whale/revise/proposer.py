@@ -276,7 +276,6 @@ class Proposer:
         with ThreadPoolExecutor(max_workers=max(1, min(g, self.cfg.concurrency))) as pool:
             return list(pool.map(one, range(g)))
 
-
     def ask_missing(self, prompt: str, missing: Sequence[int], seed: int,
                     parent: str | None = None) -> dict[int, Proposal]:  # fmt: skip
         """Proposals for the indices `missing` (ascending) of a set whose proposal i has seed
