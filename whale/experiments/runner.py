@@ -54,13 +54,12 @@ from whale.experiments.spec import (
     step_config,
 )
 from whale.experiments.steps import run_step, started
-from whale.models.base import ModelTimeout, ModelUnreachable
+from whale.models.base import TRANSIENT
 from whale.runs import ResumeMismatch, changed_fields, hold_run_dir
 
 DEFAULT_RUNS = "~/whale-runs/experiments"
 HEARTBEAT_S = 60.0  # how often a running step's wall time is written to its record
 RETRY_PAUSE_S = 30.0  # before a step stopped by a transient model error is resumed
-TRANSIENT = (ModelTimeout, ModelUnreachable)
 Say = Callable[[str], None]
 
 

@@ -254,6 +254,11 @@ class ModelTimeout(ModelError):
     pass
 
 
+# What a caller may wait out and ask again (a busy or restarting server): the experiment
+# runner resumes a step stopped by one (whale.experiments.runner).
+TRANSIENT: tuple[type[ModelError], ...] = (ModelTimeout, ModelUnreachable)
+
+
 def prompt_char_limit(model: Any) -> int | None:
     """The most characters of message text one call to `model` can carry and still fit its
     context, where the backend knows (`prompt_char_limit()` of an embedded llama.cpp model,

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from whale.harness import Runtime
-from whale.models.base import ModelError, ModelTimeout, ModelUnreachable
+from whale.models.base import TRANSIENT, ModelError
 from whale.records import RecordError, read_json, record_dir, write_atomic
 from whale.revise.code_screens import DuplicateScreen, ReviewerScreen
 from whale.revise.proposer import Proposal, Proposer, load_template
@@ -130,16 +130,13 @@ def stored_proposals(path: Path, proposer: Proposer, ctx: RevisionContext, g: in
 def failure_cause(errors: Sequence[str]) -> ModelError | None:
     """The model error that stands for proposals that failed with one (a Proposal keeps its
     error as text, "Type: message"): a timeout or an unreachable server, which an unattended
-    runner resumes (`whale.experiments.runner`, TRANSIENT), else None."""
+    runner resumes (`whale.models.base.TRANSIENT`), else None."""
+    kinds = {kind.__name__: kind for kind in TRANSIENT}
     for text in errors:
-        kind = TRANSIENT_ERRORS.get(text.split(":", 1)[0])
+        kind = kinds.get(text.split(":", 1)[0])
         if kind is not None:
             return kind(text)
     return None
-
-
-TRANSIENT_ERRORS: dict[str, type[ModelError]] = {"ModelTimeout": ModelTimeout,
-                                                 "ModelUnreachable": ModelUnreachable}
 
 
 def teacher_data(contexts: Sequence[RevisionContext], families: Mapping[str, Family],
