@@ -108,3 +108,45 @@ def test_a_cut_proposals_file_is_an_error_naming_it(tmp_path):
     path.write_bytes(path.read_bytes()[:25])
     with pytest.raises(RecordError, match=r"round_01/proposals\.json: not valid JSON"):
         run(tmp_path, ScriptedModel([GOOD_EDIT]), settings)
+
+
+def test_a_stored_proposal_written_for_another_parent_is_asked_again(tmp_path):
+    # Round 1's proposal times out (adapt goes on: no candidate), so round 2 proposes for the
+    # seed. The resume asks round 1 again and keeps its edit: round 2's parent, and prompt, are
+    # new, and the edit stored for the seed must not be applied to them.
+    settings = LoopSettings(rounds=2, g=1, select="ratchet", feedback=4, workers=2)
+
+    def first(messages, sampling):
+        if sampling.seed == 1000:
+            raise ModelTimeout("no reply within 600.0 s")
+        return GOOD_EDIT
+
+    r1 = run(tmp_path, ScriptedModel(first), settings)
+    assert r1.rounds[1].decision.chosen is not None  # round 2 kept its edit of the seed
+    again = ScriptedModel([GOOD_EDIT, "no edit"])
+    r2 = run(tmp_path, again, settings)
+    assert [s.seed for _, s in again.calls] == [1000, 2000]  # round 2 asked again
+    assert r2.rounds[0].decision.chosen is not None
+    assert r2.rounds[1].candidates[0].reason != r1.rounds[1].candidates[0].reason
+
+
+def test_a_round_told_to_stop_on_a_failed_proposal_stops_before_its_decision(tmp_path):
+    from whale.experiments.runner import _transient
+    from whale.revise.proposer import ProposalsFailed
+
+    settings = LoopSettings(rounds=2, g=2, select="ratchet", feedback=4, workers=2,
+                            stop_on_failed_proposal=True)  # fmt: skip
+
+    def first(messages, sampling):
+        if sampling.seed == 1001:
+            raise ModelTimeout("no reply within 600.0 s")
+        return GOOD_EDIT
+
+    with pytest.raises(ProposalsFailed, match="round 1: 1 of 2") as err:
+        run(tmp_path, ScriptedModel(first), settings)
+    assert isinstance(_transient(err.value), ModelTimeout)  # a runner resumes it
+    assert not (tmp_path / "round_01" / "decision.json").exists()
+    again = ScriptedModel([GOOD_EDIT, "no edit", "no edit"])
+    r = run(tmp_path, again, settings)
+    assert [s.seed for _, s in again.calls][0] == 1001  # the failed one, with its own seed
+    assert len(r.rounds) == 2 and r.rounds[0].decision.chosen is not None

@@ -241,7 +241,7 @@ def test_a_resumed_reward_keeps_the_best_found_and_numbers_calls_on(setup, tmp_p
 
 def test_a_failed_teacher_call_leaves_the_stage_unfinished(setup, tmp_path):
     from whale.models import ModelTimeout
-    from whale.records import RecordError
+    from whale.revise.proposer import ProposalsFailed
 
     cfg, fam, rt = setup
     ctxs = build_contexts(fam, rt, cfg, workers=2)[:1]
@@ -253,9 +253,10 @@ def test_a_failed_teacher_call_leaves_the_stage_unfinished(setup, tmp_path):
             raise ModelTimeout("no reply")
 
     out = tmp_path / "teacher"
-    with pytest.raises(RecordError, match="failed"):
+    with pytest.raises(ProposalsFailed, match="failed") as e:
         teacher_data(ctxs, {FAMILY: fam}, rt, Proposer(Down()), TeacherSettings(g=2), out,
                      {}, held_out_texts([fam]))  # fmt: skip
+    assert isinstance(e.value.__cause__, ModelTimeout)  # what a runner resumes
     assert not (out / "summary.json").exists() and (out / "candidates.jsonl").exists()
     teacher = Proposer(ScriptedModel([GOOD_EDIT]), ProposerConfig(concurrency=1))
     summary = teacher_data(ctxs, {FAMILY: fam}, rt, teacher, TeacherSettings(g=2), out, {},

@@ -245,3 +245,22 @@ def test_plain_proposer_names_keep_their_folder_names():
 
     assert [folder_name(n) for n in ("base", "grpo", "sft", "teacher", "qwen-coder-0.5b")] == [
         "base", "grpo", "sft", "teacher", "qwen-coder-0.5b"]  # fmt: skip
+
+
+def test_a_ratchet_round_whose_proposal_timed_out_stops_evaluate_and_is_asked_again(setup):
+    from whale.experiments.runner import _transient
+    from whale.models.base import ModelTimeout
+    from whale.revise.proposer import ProposalsFailed
+
+    def slow_in_round_1(messages, sampling):  # the context (seed 0) answers; round 1 (1000) not
+        if sampling.seed == 1000:
+            raise ModelTimeout("no reply within 600.0 s")
+        return GOOD_EDIT
+
+    es = EvaluateSettings(against=[], contexts=1, g=1, rounds=2)
+    with pytest.raises(ProposalsFailed, match="round 1") as err:
+        run(setup, {"trained": ScriptedModel(slow_in_round_1)}, es)
+    assert isinstance(_transient(err.value), ModelTimeout)  # not read as a rejected edit
+    again = ScriptedModel([GOOD_EDIT])
+    (row,) = run(setup, {"trained": again}, es)["readings"]
+    assert [s.seed for _, s in again.calls][0] == 1000 and row["ratchet_kept"] == 1

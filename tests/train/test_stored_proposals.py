@@ -15,10 +15,9 @@ from tests.revise.conftest import GOOD_EDIT, SEED
 from tests.revise.test_proposer_shared import Sharing
 from whale.experiments.runner import _transient
 from whale.models.base import ModelTimeout
-from whale.records import RecordError
-from whale.revise.proposer import Proposer
+from whale.revise.proposer import ProposalsFailed, Proposer, failure_cause
 from whale.train.proposer.evaluate import EvaluateSettings, _single_step
-from whale.train.proposer.teacher import failure_cause, stored_proposals
+from whale.train.proposer.teacher import stored_proposals
 
 CTX = SimpleNamespace(id="rg:x/h/evaluate.0", prompt="x_t", parent_source=SEED)
 
@@ -62,7 +61,7 @@ def test_an_evaluate_context_whose_proposal_timed_out_stops_as_a_transient_error
     model = Sharing([GOOD_EDIT], fail_seeds={1})
     model.shares_prompt = lambda sampling: False
     es = EvaluateSettings(g=2, seed=0)
-    with pytest.raises(RecordError, match="run evaluate again") as err:
+    with pytest.raises(ProposalsFailed, match="run evaluate again") as err:
         _single_step("grpo", Proposer(model), CTX, 0, None, es, tmp_path)  # type: ignore[arg-type]
     assert isinstance(_transient(err.value), ModelTimeout)
 

@@ -20,6 +20,7 @@ candidates, the parent's own score). The proposer's weights never change in here
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -30,7 +31,7 @@ from whale.evaluation import EvalResult
 from whale.harness import Failure, Runtime
 from whale.records import RecordError
 from whale.revise.edits import apply_edits
-from whale.revise.proposer import Proposal, Proposer, task_tools
+from whale.revise.proposer import Proposal, ProposalsFailed, Proposer, failure_cause, task_tools
 from whale.revise.report import ReportConfig, build_report
 from whale.revise.screens import AnswerEchoScreen, screen_questions
 from whale.revise.select import (
@@ -61,6 +62,12 @@ class LoopSettings:
     # Noise-aware Select (whale.revise.select): rescore parent and kept candidate k more times,
     # fresh (sampling seeds + 1..k); 0 off
     noise_k: int = 0
+    # A round whose proposal call failed (a timeout, an unreachable server): False (adapt) keeps
+    # it as a candidate that failed and goes on; True stops before the round is decided
+    # (ProposalsFailed, caused by the model error: a runner resumes it), and a rerun asks for
+    # it again. train-proposer's evaluate sets it: its ratchet reading would otherwise count a
+    # slow server as a rejected edit.
+    stop_on_failed_proposal: bool = False
 
 
 @dataclass
@@ -169,6 +176,12 @@ def revise(
         rd.write_text("prompt.txt", prompt)
         seed = cfg.seed * 100_000 + t * 1000
         proposals = _proposals(rd, proposer, prompt, cfg.g, seed, store.harness(h))
+        failed = [p.error for p in proposals if p.error is not None]
+        if failed and cfg.stop_on_failed_proposal:
+            raise ProposalsFailed(
+                f"round {t}: {len(failed)} of {cfg.g} proposal(s) failed ({failed[0]}); run "
+                "again to ask for them"
+            ) from failure_cause(failed)
         say(
             f"round {t}: feedback {sum(o.correct for o in fb.outcomes)}/{len(q_fb)} correct; "
             f"{len(proposals)} proposal(s)"
@@ -236,9 +249,14 @@ def _proposals(
     rd: RoundDir, proposer: Proposer, prompt: str, g: int, seed: int, parent: str
 ) -> list[Proposal]:
     """The round's G proposals (proposal i with sampling seed `seed + i`). Only finished ones
-    are kept, in proposals.json, and reused when a resumed run comes back to this round; a
-    failed call (timeout, server error) is not kept, so a resume asks for it again, with the
-    same seed. This invocation's failures go to proposal_errors.json, for the record."""
+    are kept, in proposals.json, and reused when a resumed run comes back to this round with
+    the same prompt; a failed call (timeout, server error) is not kept, so a resume asks for it
+    again, with the same seed. This invocation's failures go to proposal_errors.json, for the
+    record. Each kept proposal names the prompt it answers (`prompt_sha256`): a resume whose
+    earlier round decided otherwise (a proposal that failed, asked again, kept) has another
+    parent here, and the stored edits, written for the old one, are asked for again. A row an
+    older whale wrote names no prompt and is reused as before."""
+    key = hashlib.sha256(prompt.encode("utf-8", "replace")).hexdigest()
     done: dict[int, Proposal] = {}
     if rd.has("proposals.json"):
         rows = rd.read_json("proposals.json")
@@ -250,6 +268,8 @@ def _proposals(
                 raise RecordError(f"{where}: entry {pos} is not a proposal")
             row = dict(row)
             i = row.pop("index", pos)  # files of older whales have no index: their position
+            if row.pop("prompt_sha256", key) != key:
+                continue  # the answer to another prompt
             try:
                 p = Proposal(**row)
             except TypeError as e:
@@ -261,7 +281,8 @@ def _proposals(
         return [done[i] for i in range(g)]
     fresh = proposer.ask_missing(prompt, missing, seed, parent)
     done.update({i: p for i, p in fresh.items() if p.error is None})
-    rd.write_json("proposals.json", [{"index": i, **asdict(done[i])} for i in sorted(done)])
+    rd.write_json("proposals.json", [{"index": i, "prompt_sha256": key, **asdict(done[i])}
+                                     for i in sorted(done)])  # fmt: skip
     failed = [{"index": i, **asdict(p)} for i, p in fresh.items() if p.error is not None]
     rd.write_json("proposal_errors.json", failed)
     return [done.get(i) or fresh[i] for i in range(g)]

@@ -28,11 +28,19 @@ from importlib import resources
 from typing import Any
 
 from whale.config import ConfigError, at_least, at_most, check_choices
+from whale.errors import WhaleError
 from whale.harness import Budget
 from whale.harness.bundle import ENTRY, BundleError, files_of, is_bundle
 from whale.harness.tools.spec import ToolSpec
 from whale.models import ChatModel, ModelError, Sampling
-from whale.models.base import MAX_TEMPERATURE, Completion, PartialBatch, chat_n, shares_prompt
+from whale.models.base import (
+    MAX_TEMPERATURE,
+    TRANSIENT,
+    Completion,
+    PartialBatch,
+    chat_n,
+    shares_prompt,
+)
 from whale.revise.edits import SEARCH
 from whale.revise.grammar import GrammarUse, edit_grammar
 
@@ -195,6 +203,24 @@ class Proposal:
     finish_reason: str
     error: str | None = None
     tokens: int = 0
+
+
+class ProposalsFailed(WhaleError):
+    """Proposals whose calls failed (a timeout, an unreachable server) where a reading must not
+    count them as rejected edits; its `__cause__` is `failure_cause` of their errors, so an
+    unattended runner resumes a transient one."""
+
+
+def failure_cause(errors: Sequence[str]) -> ModelError | None:
+    """The model error that stands for proposals that failed with one (a Proposal keeps its
+    error as text, "Type: message"): a timeout or an unreachable server, which an unattended
+    runner resumes (`whale.models.base.TRANSIENT`), else None."""
+    kinds = {kind.__name__: kind for kind in TRANSIENT}
+    for text in errors:
+        kind = kinds.get(text.split(":", 1)[0])
+        if kind is not None:
+            return kind(text)
+    return None
 
 
 class Proposer:

@@ -47,9 +47,15 @@ from typing import Any
 from whale import stats
 from whale.harness import Runtime, load_harness
 from whale.models import ChatModel
-from whale.records import RecordError, record_dir, write_atomic
+from whale.records import record_dir, write_atomic
 from whale.revise.loop import LoopSettings, revise
-from whale.revise.proposer import Proposer, ProposerConfig, load_template
+from whale.revise.proposer import (
+    ProposalsFailed,
+    Proposer,
+    ProposerConfig,
+    failure_cause,
+    load_template,
+)
 from whale.revise.screens import AnswerEchoScreen
 from whale.train.proposer.contexts import (
     ContextSettings,
@@ -60,7 +66,7 @@ from whale.train.proposer.contexts import (
     make_context,
 )
 from whale.train.proposer.reward import candidate_of, echo_screen
-from whale.train.proposer.teacher import context_file, failure_cause, stored_proposals
+from whale.train.proposer.teacher import context_file, stored_proposals
 
 READINGS = ("applicable", "mean", "mean_no_change", "oracle", "oracle_no_change", "ratchet")
 
@@ -197,7 +203,7 @@ def _single_step(name: str, proposer: Proposer, ctx: RevisionContext, k: int,
                              es.seed * 1_000_000 + k * 1000)  # fmt: skip
     failed = [p for p in props if p.error is not None]
     if failed:  # a timeout is not a bad edit: the reading would mix the two
-        raise RecordError(f"evaluate {name} on {ctx.id}: {len(failed)} proposal(s) failed "
+        raise ProposalsFailed(f"evaluate {name} on {ctx.id}: {len(failed)} proposal(s) failed "
                           f"({failed[0].error}); run evaluate again to ask for them"
                           ) from failure_cause([str(p.error) for p in failed])  # fmt: skip
     plan = _ContextPlan({}, {}, 0)
@@ -245,8 +251,8 @@ def _plan(name: str, model: ChatModel, fam: Family, contexts: Sequence[RevisionC
     kept = 0
     if es.rounds:
         settings = LoopSettings(rounds=es.rounds, g=1, select="ratchet", feedback=cs.feedback,
-                                seed=es.seed, workers=workers,
-                                report=cs.report)  # fmt: skip
+                                seed=es.seed, workers=workers, report=cs.report,
+                                stop_on_failed_proposal=True)  # fmt: skip
         _, rounds = revise(fam.task, seed_src, fam.feedback_pool, fam.scoring, runtime, proposer,
                            fam.store, settings, rounds_dir=d / "ratchet")  # fmt: skip
         kept_after += [r.decision.kept_hash for r in rounds]

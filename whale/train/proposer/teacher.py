@@ -31,10 +31,15 @@ from pathlib import Path
 from typing import Any
 
 from whale.harness import Runtime
-from whale.models.base import TRANSIENT, ModelError
 from whale.records import RecordError, read_json, record_dir, write_atomic
 from whale.revise.code_screens import DuplicateScreen, ReviewerScreen
-from whale.revise.proposer import Proposal, Proposer, load_template
+from whale.revise.proposer import (
+    Proposal,
+    ProposalsFailed,
+    Proposer,
+    failure_cause,
+    load_template,
+)
 from whale.revise.screens import AnswerEchoScreen
 from whale.train.proposer.contexts import (
     Family,
@@ -127,18 +132,6 @@ def stored_proposals(path: Path, proposer: Proposer, ctx: RevisionContext, g: in
     return [done[i] for i in range(g)]
 
 
-def failure_cause(errors: Sequence[str]) -> ModelError | None:
-    """The model error that stands for proposals that failed with one (a Proposal keeps its
-    error as text, "Type: message"): a timeout or an unreachable server, which an unattended
-    runner resumes (`whale.models.base.TRANSIENT`), else None."""
-    kinds = {kind.__name__: kind for kind in TRANSIENT}
-    for text in errors:
-        kind = kinds.get(text.split(":", 1)[0])
-        if kind is not None:
-            return kind(text)
-    return None
-
-
 def teacher_data(contexts: Sequence[RevisionContext], families: Mapping[str, Family],
                  runtime: Runtime, teacher: Proposer, s: TeacherSettings, out: Path,
                  echo: Mapping[str, AnswerEchoScreen], held_out: Sequence[str],
@@ -185,7 +178,7 @@ def teacher_data(contexts: Sequence[RevisionContext], families: Mapping[str, Fam
                  "".join(json.dumps(asdict(r)) + "\n" for r in rows))  # fmt: skip
     failed = [r for r in rows if r.reason.startswith("teacher:")]
     if failed:  # no summary: the stage is not finished, and a rerun asks for these again
-        raise RecordError(f"teacher: {len(failed)} of {len(rows)} proposals failed (first: "
+        raise ProposalsFailed(f"teacher: {len(failed)} of {len(rows)} proposals failed (first: "
                           f"{failed[0].reason}); run the command again to ask them again"
                           ) from failure_cause([r.reason.removeprefix("teacher: ") for r in failed])
     kept = [r for r in rows if r.kept]
