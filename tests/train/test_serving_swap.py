@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -15,7 +16,7 @@ import pytest
 import whale.train.serving as serving_mod
 from tests.conftest import require_model
 from whale.models.base import Sampling
-from whale.models.embedded import lora_digest
+from whale.models.embedded import EmbeddedLlama, lora_digest
 from whale.train.serving import EmbeddedServing
 
 pytestmark = pytest.mark.model
@@ -110,21 +111,32 @@ def test_a_server_that_looked_before_the_file_was_there_is_started_again(
 
 
 def test_without_the_race_the_server_starts_once(adapters, tmp_path, monkeypatch):
-    """A conversion done before the server looks (here: the GGUF made beforehand and put in
-    place in milliseconds; a real one takes ~0.1 s, which the 135M model's load may not
-    outlast, so the race itself is not asserted on) starts the server once."""
+    """A conversion done before the server looks starts the server once. The order is made
+    exact here (the server is spawned only once the GGUF is in place): a real conversion
+    takes ~0.1 s, which the 135M model's load may not outlast, and even a copy in
+    milliseconds lost that race once on a busy CI machine, so the race itself is not
+    asserted on."""
     a = _fresh(adapters[0], tmp_path)
     ready = serving_mod.adapter_to_gguf(shutil.copytree(a, tmp_path / "made"))
+    converted = threading.Event()
 
     def instant(adapter: Path) -> Path:
         out = adapter / "adapter.gguf"
         tmp = out.with_name(".adapter.gguf.tmp")
         shutil.copyfile(ready, tmp)
         os.replace(tmp, out)
+        converted.set()
         return out
 
     monkeypatch.setattr(serving_mod, "adapter_to_gguf", instant)
     serving = _serving()
+    start = serving._start
+
+    def start_once_converted(model: EmbeddedLlama) -> None:
+        assert converted.wait(60)
+        start(model)
+
+    monkeypatch.setattr(serving, "_start", start_once_converted)
     try:
         model = serving.serve(a)
         assert serving.timings["restarts"] == 0
