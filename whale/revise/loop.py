@@ -31,7 +31,7 @@ from whale.evaluation import EvalResult
 from whale.harness import Failure, Runtime
 from whale.records import RecordError
 from whale.revise.edits import apply_edits
-from whale.revise.proposer import Proposal, ProposalsFailed, Proposer, failure_cause, task_tools
+from whale.revise.proposer import Proposal, ProposalsFailed, Proposer, task_tools
 from whale.revise.report import ReportConfig, build_report
 from whale.revise.screens import AnswerEchoScreen, screen_questions
 from whale.revise.select import (
@@ -178,10 +178,7 @@ def revise(
         proposals = _proposals(rd, proposer, prompt, cfg.g, seed, store.harness(h))
         failed = [p.error for p in proposals if p.error is not None]
         if failed and cfg.stop_on_failed_proposal:
-            raise ProposalsFailed(
-                f"round {t}: {len(failed)} of {cfg.g} proposal(s) failed ({failed[0]}); run "
-                "again to ask for them"
-            ) from failure_cause(failed)
+            raise ProposalsFailed.of(f"round {t}", failed, cfg.g)
         say(
             f"round {t}: feedback {sum(o.correct for o in fb.outcomes)}/{len(q_fb)} correct; "
             f"{len(proposals)} proposal(s)"

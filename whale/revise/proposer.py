@@ -210,6 +210,18 @@ class ProposalsFailed(WhaleError):
     count them as rejected edits; its `__cause__` is `failure_cause` of their errors, so an
     unattended runner resumes a transient one."""
 
+    @classmethod
+    def of(
+        cls, where: str, errors: Sequence[str], asked: int, rerun: str = "the command"
+    ) -> ProposalsFailed:
+        """`errors`: those of the failed proposals (at least one), of `asked`; `where`: what
+        asked for them ("round 3", "teacher", "evaluate sft on ctx"); `rerun`: what to run
+        again to ask for them."""
+        e = cls(f"{where}: {len(errors)} of {asked} proposal(s) failed (first: {errors[0]}); "
+                f"run {rerun} again to ask for them")  # fmt: skip
+        e.__cause__ = failure_cause(errors)
+        return e
+
 
 def failure_cause(errors: Sequence[str]) -> ModelError | None:
     """The model error that stands for proposals that failed with one (a Proposal keeps its

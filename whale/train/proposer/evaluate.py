@@ -53,7 +53,6 @@ from whale.revise.proposer import (
     ProposalsFailed,
     Proposer,
     ProposerConfig,
-    failure_cause,
     load_template,
 )
 from whale.revise.screens import AnswerEchoScreen
@@ -203,9 +202,8 @@ def _single_step(name: str, proposer: Proposer, ctx: RevisionContext, k: int,
                              es.seed * 1_000_000 + k * 1000)  # fmt: skip
     failed = [p for p in props if p.error is not None]
     if failed:  # a timeout is not a bad edit: the reading would mix the two
-        raise ProposalsFailed(f"evaluate {name} on {ctx.id}: {len(failed)} proposal(s) failed "
-                          f"({failed[0].error}); run evaluate again to ask for them"
-                          ) from failure_cause([str(p.error) for p in failed])  # fmt: skip
+        raise ProposalsFailed.of(f"evaluate {name} on {ctx.id}", [str(p.error) for p in failed],
+                                 len(props), "evaluate")  # fmt: skip
     plan = _ContextPlan({}, {}, 0)
     for i, p in enumerate(props):
         src, bad = candidate_of(ctx, p.text, echo)

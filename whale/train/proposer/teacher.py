@@ -37,7 +37,6 @@ from whale.revise.proposer import (
     Proposal,
     ProposalsFailed,
     Proposer,
-    failure_cause,
     load_template,
 )
 from whale.revise.screens import AnswerEchoScreen
@@ -178,9 +177,9 @@ def teacher_data(contexts: Sequence[RevisionContext], families: Mapping[str, Fam
                  "".join(json.dumps(asdict(r)) + "\n" for r in rows))  # fmt: skip
     failed = [r for r in rows if r.reason.startswith("teacher:")]
     if failed:  # no summary: the stage is not finished, and a rerun asks for these again
-        raise ProposalsFailed(f"teacher: {len(failed)} of {len(rows)} proposals failed (first: "
-                          f"{failed[0].reason}); run the command again to ask them again"
-                          ) from failure_cause([r.reason.removeprefix("teacher: ") for r in failed])
+        raise ProposalsFailed.of(
+            "teacher", [r.reason.removeprefix("teacher: ") for r in failed], len(rows)
+        )
     kept = [r for r in rows if r.kept]
     prompts = {c.id: c.prompt for c in contexts}
     hint = {c.id: hint_lines((teacher_prompts or {}).get(c.id, c.prompt), c.prompt)
