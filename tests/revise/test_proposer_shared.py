@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 import threading
 
+import pytest
+
 from tests.fakes import ScriptedModel
 from tests.revise.conftest import GOOD_EDIT, SEED, SumTask
 from whale.harness import Runtime
 from whale.models.base import Completion, ModelError, ModelTimeout
 from whale.revise.loop import LoopSettings, adapt
-from whale.revise.proposer import Proposer
+from whale.revise.proposer import ProposalsFailed, Proposer
 from whale.runs import OutcomeStore
 from whale.tasks import SealedSplit
 
@@ -82,12 +84,19 @@ def _run(tmp_path, proposer, settings):
         store.close()
 
 
+# A round that stops on its failed proposals (evaluate's ratchet) asks them again on resume;
+# one that goes on (adapt) keeps them as failed candidates (tests/revise/test_resume.py).
+STOPPING = LoopSettings(rounds=1, g=4, select="ratchet", feedback=4, workers=2,
+                        stop_on_failed_proposal=True)  # fmt: skip
+
+
 def test_a_resumed_round_asks_each_run_of_missing_proposals_at_once(tmp_path):
-    settings = LoopSettings(rounds=1, g=4, select="ratchet", feedback=4, workers=2)
+    settings = STOPPING
     # First run: a proposer that shares nothing, whose proposals 1, 2 (seeds 1001, 1002) time out.
     first = Sharing([GOOD_EDIT], fail_seeds={1001, 1002})
     first.shares_prompt = lambda sampling: False
-    _run(tmp_path, first, settings)
+    with pytest.raises(ProposalsFailed):
+        _run(tmp_path, first, settings)
     kept = json.loads((tmp_path / "round_01" / "proposals.json").read_text())
     assert [p["index"] for p in kept] == [0, 3]
     again = Sharing([GOOD_EDIT])
@@ -96,10 +105,11 @@ def test_a_resumed_round_asks_each_run_of_missing_proposals_at_once(tmp_path):
 
 
 def test_a_resumed_round_asks_lone_missing_proposals_alone(tmp_path):
-    settings = LoopSettings(rounds=1, g=4, select="ratchet", feedback=4, workers=2)
+    settings = STOPPING
     first = Sharing([GOOD_EDIT], fail_seeds={1001, 1003})
     first.shares_prompt = lambda sampling: False
-    _run(tmp_path, first, settings)
+    with pytest.raises(ProposalsFailed):
+        _run(tmp_path, first, settings)
     again = Sharing([GOOD_EDIT])
     _run(tmp_path, again, settings)
     assert again.batches == [] and sorted(s.seed for _, s in again.calls) == [1001, 1003]

@@ -262,3 +262,21 @@ def test_a_failed_teacher_call_leaves_the_stage_unfinished(setup, tmp_path):
     summary = teacher_data(ctxs, {FAMILY: fam}, rt, teacher, TeacherSettings(g=2), out, {},
                            held_out_texts([fam]))  # fmt: skip
     assert summary["proposals"] == 2 and summary["kept"] == 1  # asked again, then kept
+
+
+def test_a_teacher_prompt_that_does_not_fit_is_a_rejected_edit(setup, tmp_path):
+    from whale.models import ContextOverflow
+
+    cfg, fam, rt = setup
+    ctxs = build_contexts(fam, rt, cfg, workers=2)[:1]
+
+    class Small:
+        name = "small"
+
+        def chat(self, messages, sampling, timeout=None):
+            raise ContextOverflow("small: prompt does not fit")
+
+    summary = teacher_data(ctxs, {FAMILY: fam}, rt, Proposer(Small()), TeacherSettings(g=2),
+                           tmp_path / "teacher", {}, held_out_texts([fam]))  # fmt: skip
+    assert summary["proposals"] == 2 and summary["kept"] == 0
+    assert sum(summary["rejected"].values()) == 2

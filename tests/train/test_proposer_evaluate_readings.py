@@ -264,3 +264,19 @@ def test_a_ratchet_round_whose_proposal_timed_out_stops_evaluate_and_is_asked_ag
     again = ScriptedModel([GOOD_EDIT])
     (row,) = run(setup, {"trained": again}, es)["readings"]
     assert [s.seed for _, s in again.calls][0] == 1000 and row["ratchet_kept"] == 1
+
+
+def test_a_ratchet_prompt_the_proposer_cannot_hold_is_a_failed_candidate_not_a_stop(setup):
+    # A ContextOverflow fails the same way however often it is asked (not a runner's transient
+    # error): stopping on it would leave evaluate unable to finish, on any rerun.
+    from whale.models.base import ContextOverflow
+
+    def overflow_in_round_1(messages, sampling):
+        if sampling.seed == 1000:
+            raise ContextOverflow("qwen-coder-0.5b: prompt does not fit")
+        return GOOD_EDIT
+
+    es = EvaluateSettings(against=[], contexts=1, g=1, rounds=2)
+    for _ in range(2):  # and a rerun reads the same from the records
+        (row,) = run(setup, {"trained": ScriptedModel(overflow_in_round_1)}, es)["readings"]
+        assert len(row["ratchet_rounds"]) == 3 and row["ratchet_kept"] == 1

@@ -112,3 +112,19 @@ def test_proposals_lost_with_a_cached_batch_that_timed_out_are_named_by_the_time
 
     out = Proposer(Wrapped([GOOD_EDIT])).propose("p", 3, 0)
     assert [str(p.error).split(":")[0] for p in out[1:]] == ["ModelTimeout"] * 2
+
+
+def test_an_evaluate_context_whose_prompt_does_not_fit_reads_a_failed_edit(tmp_path):
+    from whale.models.base import ContextOverflow
+
+    class Small:
+        name = "small"
+
+        def chat(self, messages, sampling, timeout=None):
+            raise ContextOverflow("small: prompt does not fit")
+
+    es = EvaluateSettings(g=2, seed=0)
+    plan = _single_step("base", Proposer(Small()), CTX, 0, None, es, tmp_path)  # type: ignore[arg-type]
+    assert plan.sources == {} and plan.applied == 0
+    assert all(r.startswith("proposer: ContextOverflow") for r in plan.reasons.values())
+    assert sorted(plan.reasons) == [0, 1]

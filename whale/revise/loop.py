@@ -31,7 +31,13 @@ from whale.evaluation import EvalResult
 from whale.harness import Failure, Runtime
 from whale.records import RecordError
 from whale.revise.edits import apply_edits
-from whale.revise.proposer import Proposal, ProposalsFailed, Proposer, task_tools
+from whale.revise.proposer import (
+    Proposal,
+    ProposalsFailed,
+    Proposer,
+    task_tools,
+    the_proposers_own,
+)
 from whale.revise.report import ReportConfig, build_report
 from whale.revise.screens import AnswerEchoScreen, screen_questions
 from whale.revise.select import (
@@ -62,11 +68,13 @@ class LoopSettings:
     # Noise-aware Select (whale.revise.select): rescore parent and kept candidate k more times,
     # fresh (sampling seeds + 1..k); 0 off
     noise_k: int = 0
-    # A round whose proposal call failed (a timeout, an unreachable server): False (adapt) keeps
-    # it as a candidate that failed and goes on; True stops before the round is decided
-    # (ProposalsFailed, caused by the model error: a runner resumes it), and a rerun asks for
-    # it again. train-proposer's evaluate sets it: its ratchet reading would otherwise count a
-    # slow server as a rejected edit.
+    # A round whose proposal call failed (a timeout, an unreachable server): False (adapt,
+    # cotrain) keeps it as a candidate that failed and goes on, and the failure is stored with
+    # the round's proposals, so a resume replays the round as it was decided; True stops
+    # before the round is decided (ProposalsFailed, caused by the model error: a runner resumes
+    # it), and a rerun asks for it again. train-proposer's evaluate sets it: its ratchet
+    # reading would otherwise count a slow server as a rejected edit. A prompt the proposer
+    # cannot hold (`the_proposers_own`) is a failed candidate either way.
     stop_on_failed_proposal: bool = False
 
 
@@ -172,13 +180,15 @@ def revise(
             task_tools(task, runtime),
             runtime.package_names(),
         )
+        earlier = rd.read_bytes("prompt.txt")  # what stored proposals of an older whale answer
         rd.write_text("report.md", report)
         rd.write_text("prompt.txt", prompt)
         seed = cfg.seed * 100_000 + t * 1000
-        proposals = _proposals(rd, proposer, prompt, cfg.g, seed, store.harness(h))
-        failed = [p.error for p in proposals if p.error is not None]
-        if failed and cfg.stop_on_failed_proposal:
-            raise ProposalsFailed.of(f"round {t}", failed, cfg.g)
+        proposals = _proposals(rd, proposer, prompt, cfg.g, seed, store.harness(h),
+                               not cfg.stop_on_failed_proposal, earlier)  # fmt: skip
+        stop = [p.error for p in proposals if p.error and not the_proposers_own(p.error)]
+        if stop and cfg.stop_on_failed_proposal:
+            raise ProposalsFailed.of(f"round {t}", stop, cfg.g)
         say(
             f"round {t}: feedback {sum(o.correct for o in fb.outcomes)}/{len(q_fb)} correct; "
             f"{len(proposals)} proposal(s)"
@@ -243,17 +253,28 @@ def _noise_select(
 
 
 def _proposals(
-    rd: RoundDir, proposer: Proposer, prompt: str, g: int, seed: int, parent: str
+    rd: RoundDir,
+    proposer: Proposer,
+    prompt: str,
+    g: int,
+    seed: int,
+    parent: str,
+    keep_failed: bool = True,
+    earlier: bytes | None = None,
 ) -> list[Proposal]:
-    """The round's G proposals (proposal i with sampling seed `seed + i`). Only finished ones
-    are kept, in proposals.json, and reused when a resumed run comes back to this round with
-    the same prompt; a failed call (timeout, server error) is not kept, so a resume asks for it
-    again, with the same seed. This invocation's failures go to proposal_errors.json, for the
-    record. Each kept proposal names the prompt it answers (`prompt_sha256`): a resume whose
-    earlier round decided otherwise (a proposal that failed, asked again, kept) has another
-    parent here, and the stored edits, written for the old one, are asked for again. A row an
-    older whale wrote names no prompt and is reused as before."""
+    """The round's G proposals (proposal i with sampling seed `seed + i`), kept in
+    proposals.json and reused when a resumed run comes back to this round with the same
+    prompt. A failed call (timeout, server error) is kept there too when the round goes on
+    with it (`keep_failed`, or `the_proposers_own`), so a resume decides the round as it was
+    decided; else it is not, and a resume asks for it again, with the same seed. This
+    invocation's failures go to proposal_errors.json, for the record. Each kept proposal
+    names the prompt it answers (`prompt_sha256`): a resume whose earlier round decided
+    otherwise has another parent here, and the stored edits, written for the old one, are
+    asked for again. A row an older whale wrote names no prompt: it is reused when the
+    round's prompt.txt before this call (`earlier`) is this prompt, and its failures are
+    asked again."""
     key = hashlib.sha256(prompt.encode("utf-8", "replace")).hexdigest()
+    legacy_ok = earlier == prompt.encode("utf-8", "backslashreplace")  # as prompt.txt is written
     done: dict[int, Proposal] = {}
     if rd.has("proposals.json"):
         rows = rd.read_json("proposals.json")
@@ -265,19 +286,21 @@ def _proposals(
                 raise RecordError(f"{where}: entry {pos} is not a proposal")
             row = dict(row)
             i = row.pop("index", pos)  # files of older whales have no index: their position
-            if row.pop("prompt_sha256", key) != key:
+            legacy = "prompt_sha256" not in row
+            if row.pop("prompt_sha256", key) != key or (legacy and not legacy_ok):
                 continue  # the answer to another prompt
             try:
                 p = Proposal(**row)
             except TypeError as e:
                 raise RecordError(f"{where}: entry {pos} is not a proposal ({e})") from None
-            if p.error is None and isinstance(i, int) and 0 <= i < g:
-                done[i] = p  # an older file may hold errors: those are asked again
+            if (p.error is None or not legacy) and isinstance(i, int) and 0 <= i < g:
+                done[i] = p  # an older file's errors were not final: those are asked again
     missing = [i for i in range(g) if i not in done]
     if not missing:
         return [done[i] for i in range(g)]
     fresh = proposer.ask_missing(prompt, missing, seed, parent)
-    done.update({i: p for i, p in fresh.items() if p.error is None})
+    done.update({i: p for i, p in fresh.items()
+                 if p.error is None or keep_failed or the_proposers_own(p.error)})  # fmt: skip
     rd.write_json("proposals.json", [{"index": i, "prompt_sha256": key, **asdict(done[i])}
                                      for i in sorted(done)])  # fmt: skip
     failed = [{"index": i, **asdict(p)} for i, p in fresh.items() if p.error is not None]
@@ -299,6 +322,7 @@ def _candidate(
     screen: AnswerEchoScreen | None = None,
 ) -> Candidate:
     parent_source = store.harness(parent_hash)
+    rd.remove(f"candidate_{i}.diff")  # one an earlier ask of this round wrote (another edit)
     if p.error is not None:
         return Candidate(t, i, parent_hash, None, False, f"proposer: {p.error}", "none")
     res = apply_edits(parent_source, p.text)

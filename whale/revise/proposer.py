@@ -37,6 +37,7 @@ from whale.models.base import (
     MAX_TEMPERATURE,
     TRANSIENT,
     Completion,
+    ContextOverflow,
     PartialBatch,
     chat_n,
     shares_prompt,
@@ -205,10 +206,19 @@ class Proposal:
     tokens: int = 0
 
 
+def the_proposers_own(error: str) -> bool:
+    """Whether a failed proposal (its error as text, "Type: message") is an outcome of the
+    proposer on this prompt, which a reading counts as an edit that made no harness: the
+    prompt does not fit its context (ContextOverflow), and asking again would fail the same
+    way. Any other failure (a timeout, an unreachable server, a missing model, a server error)
+    is the machinery's, which must not be read as the proposer's."""
+    return error.split(":", 1)[0] == ContextOverflow.__name__
+
+
 class ProposalsFailed(WhaleError):
-    """Proposals whose calls failed (a timeout, an unreachable server) where a reading must not
-    count them as rejected edits; its `__cause__` is `failure_cause` of their errors, so an
-    unattended runner resumes a transient one."""
+    """Proposals whose calls failed (a timeout, an unreachable server: not `the_proposers_own`)
+    where a reading must not count them as rejected edits; its `__cause__` is `failure_cause`
+    of their errors, so an unattended runner resumes a transient one."""
 
     @classmethod
     def of(

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
-from whale.records import read_json, record_dir, write_atomic
+from whale.records import RecordError, open_record, read_json, record_dir, write_atomic
 
 
 class RoundDir:
@@ -32,6 +33,20 @@ class RoundDir:
 
     def read_json(self, name: str) -> Any:
         return read_json(self.path / name)
+
+    def read_bytes(self, name: str) -> bytes | None:
+        """The file as written, None when it is not there (never through a link)."""
+        try:
+            fd = open_record(self.path / name, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise RecordError(f"{self.path / name}: {e.strerror or e}") from None
+        with open(fd, "rb") as f:
+            return f.read()
+
+    def remove(self, name: str) -> None:
+        (self.path / name).unlink(missing_ok=True)
 
 
 def diff(parent: str, child: str) -> str:

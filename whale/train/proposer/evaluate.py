@@ -54,6 +54,7 @@ from whale.revise.proposer import (
     Proposer,
     ProposerConfig,
     load_template,
+    the_proposers_own,
 )
 from whale.revise.screens import AnswerEchoScreen
 from whale.train.proposer.contexts import (
@@ -200,12 +201,14 @@ def _single_step(name: str, proposer: Proposer, ctx: RevisionContext, k: int,
     record_dir(d / "proposals")
     props = stored_proposals(d / "proposals" / f"{context_file(ctx)}.json", proposer, ctx, es.g,
                              es.seed * 1_000_000 + k * 1000)  # fmt: skip
-    failed = [p for p in props if p.error is not None]
+    failed = [p.error for p in props if p.error and not the_proposers_own(p.error)]
     if failed:  # a timeout is not a bad edit: the reading would mix the two
-        raise ProposalsFailed.of(f"evaluate {name} on {ctx.id}", [str(p.error) for p in failed],
-                                 len(props), "evaluate")  # fmt: skip
+        raise ProposalsFailed.of(f"evaluate {name} on {ctx.id}", failed, len(props), "evaluate")
     plan = _ContextPlan({}, {}, 0)
     for i, p in enumerate(props):
+        if p.error:  # the prompt does not fit this proposer: an edit that made no harness
+            plan.reasons[i] = f"proposer: {p.error}"
+            continue
         src, bad = candidate_of(ctx, p.text, echo)
         if src is None:
             plan.reasons[i] = bad.reason if bad is not None else "invalid"

@@ -38,6 +38,7 @@ from whale.revise.proposer import (
     ProposalsFailed,
     Proposer,
     load_template,
+    the_proposers_own,
 )
 from whale.revise.screens import AnswerEchoScreen
 from whale.train.proposer.contexts import (
@@ -175,11 +176,10 @@ def teacher_data(contexts: Sequence[RevisionContext], families: Mapping[str, Fam
         say(f"teacher: context {n + 1}/{len(contexts)} {ctx.id}: {kept_here}/{len(props)} kept")
     write_atomic(out / "candidates.jsonl",
                  "".join(json.dumps(asdict(r)) + "\n" for r in rows))  # fmt: skip
-    failed = [r for r in rows if r.reason.startswith("teacher:")]
+    failed = [r.reason.removeprefix("teacher: ") for r in rows if r.reason.startswith("teacher:")]
+    failed = [e for e in failed if not the_proposers_own(e)]  # that one is a rejected edit
     if failed:  # no summary: the stage is not finished, and a rerun asks for these again
-        raise ProposalsFailed.of(
-            "teacher", [r.reason.removeprefix("teacher: ") for r in failed], len(rows)
-        )
+        raise ProposalsFailed.of("teacher", failed, len(rows))
     kept = [r for r in rows if r.kept]
     prompts = {c.id: c.prompt for c in contexts}
     hint = {c.id: hint_lines((teacher_prompts or {}).get(c.id, c.prompt), c.prompt)
