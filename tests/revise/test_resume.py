@@ -166,6 +166,29 @@ def test_an_older_whale_s_proposal_written_for_another_parent_is_asked_again(tmp
     assert r2.rounds[1].candidates[0].reason != r1.rounds[1].candidates[0].reason
 
 
+class Killed(BaseException):
+    """Stands for a kill while the proposer is asked."""
+
+
+def test_an_older_whale_s_rows_are_not_reused_after_a_resume_killed_while_asking(tmp_path):
+    # The first resume rewrites prompt.txt (the new parent's prompt) before asking; killed
+    # there, the next resume must not read the older rows as answers to the new prompt.
+    settings = LoopSettings(rounds=2, g=1, select="ratchet", feedback=4, workers=2)
+    run(tmp_path, ScriptedModel(_timeout_in_round_1), settings)
+    _as_an_older_whale_wrote_them(tmp_path, [1, 2])
+
+    def killed_in_round_2(messages, sampling):
+        if sampling.seed == 2000:
+            raise Killed()
+        return GOOD_EDIT
+
+    with pytest.raises(Killed):
+        run(tmp_path, ScriptedModel(killed_in_round_2), settings)
+    again = ScriptedModel(["no edit"])
+    run(tmp_path, again, settings)
+    assert [s.seed for _, s in again.calls] == [2000]
+
+
 def test_a_round_asked_again_leaves_no_diff_of_its_earlier_candidate(tmp_path):
     # The lineage report (whale.analysis.report_lineage) reads candidate_N.diff as the edit of
     # the candidate in candidates.json: a diff of the edit asked before must not stay beside it.

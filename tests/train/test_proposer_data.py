@@ -279,4 +279,4 @@ def test_a_teacher_prompt_that_does_not_fit_is_a_rejected_edit(setup, tmp_path):
     summary = teacher_data(ctxs, {FAMILY: fam}, rt, Proposer(Small()), TeacherSettings(g=2),
                            tmp_path / "teacher", {}, held_out_texts([fam]))  # fmt: skip
     assert summary["proposals"] == 2 and summary["kept"] == 0
-    assert sum(summary["rejected"].values()) == 2
+    assert summary["rejected"] == {"context_overflow": 2}

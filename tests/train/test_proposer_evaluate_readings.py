@@ -280,3 +280,15 @@ def test_a_ratchet_prompt_the_proposer_cannot_hold_is_a_failed_candidate_not_a_s
     for _ in range(2):  # and a rerun reads the same from the records
         (row,) = run(setup, {"trained": ScriptedModel(overflow_in_round_1)}, es)["readings"]
         assert len(row["ratchet_rounds"]) == 3 and row["ratchet_kept"] == 1
+
+
+def test_the_teacher_is_evaluated_in_a_context_as_large_as_the_others(monkeypatch, tmp_path):
+    # A prompt that does not fit is read as an edit that made no harness: a teacher served
+    # with a smaller window (its own default, 4096) would lose readings the others make.
+    import whale.train.proposer.run as run_mod
+
+    monkeypatch.setattr(run_mod, "build_model", lambda mcfg: mcfg)
+    cfg = run_mod.ProposerTrainConfig()
+    base = run_mod.proposer_model("base", cfg, tmp_path)()
+    teacher = run_mod.proposer_model("teacher", cfg, tmp_path)()
+    assert teacher.n_ctx == base.n_ctx > cfg.teacher.n_ctx

@@ -180,12 +180,12 @@ def revise(
             task_tools(task, runtime),
             runtime.package_names(),
         )
-        earlier = rd.read_bytes("prompt.txt")  # what stored proposals of an older whale answer
+        _settle_older_rows(rd, prompt)  # before prompt.txt, which tells what they answer
         rd.write_text("report.md", report)
         rd.write_text("prompt.txt", prompt)
         seed = cfg.seed * 100_000 + t * 1000
         proposals = _proposals(rd, proposer, prompt, cfg.g, seed, store.harness(h),
-                               not cfg.stop_on_failed_proposal, earlier)  # fmt: skip
+                               not cfg.stop_on_failed_proposal)  # fmt: skip
         stop = [p.error for p in proposals if p.error and not the_proposers_own(p.error)]
         if stop and cfg.stop_on_failed_proposal:
             raise ProposalsFailed.of(f"round {t}", stop, cfg.g)
@@ -252,6 +252,38 @@ def _noise_select(
     return apply_noise_check(d, dataclasses.replace(check, rollouts=store.used - used))
 
 
+def _prompt_key(prompt: str) -> str:
+    return hashlib.sha256(prompt.encode("utf-8", "replace")).hexdigest()
+
+
+def _stored_rows(rd: RoundDir) -> list[dict[str, Any]]:
+    """proposals.json's rows, each with its index (an older file's: its position)."""
+    if not rd.has("proposals.json"):
+        return []
+    rows, where = rd.read_json("proposals.json"), rd.path / "proposals.json"
+    if not isinstance(rows, list):
+        raise RecordError(f"{where}: not a list of proposals")
+    for pos, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise RecordError(f"{where}: entry {pos} is not a proposal")
+    return [{"index": pos, **row} for pos, row in enumerate(rows)]
+
+
+def _settle_older_rows(rd: RoundDir, prompt: str) -> None:
+    """Rows an older whale wrote name no prompt (`prompt_sha256`): the round's prompt.txt, not
+    yet rewritten, is the one they answer. Those that answer `prompt` are named by it, the
+    rest (and their failures, which were never final) dropped, before anything is asked: a
+    resume killed while asking finds only named rows."""
+    rows = _stored_rows(rd)
+    if all("prompt_sha256" in r for r in rows):
+        return
+    key = _prompt_key(prompt)
+    same = rd.read_bytes("prompt.txt") == prompt.encode("utf-8", "backslashreplace")  # as written
+    rd.write_json("proposals.json", [
+        r if "prompt_sha256" in r else {**r, "prompt_sha256": key} for r in rows
+        if "prompt_sha256" in r or (same and r.get("error") is None)])  # fmt: skip
+
+
 def _proposals(
     rd: RoundDir,
     proposer: Proposer,
@@ -260,7 +292,6 @@ def _proposals(
     seed: int,
     parent: str,
     keep_failed: bool = True,
-    earlier: bytes | None = None,
 ) -> list[Proposal]:
     """The round's G proposals (proposal i with sampling seed `seed + i`), kept in
     proposals.json and reused when a resumed run comes back to this round with the same
@@ -270,31 +301,20 @@ def _proposals(
     invocation's failures go to proposal_errors.json, for the record. Each kept proposal
     names the prompt it answers (`prompt_sha256`): a resume whose earlier round decided
     otherwise has another parent here, and the stored edits, written for the old one, are
-    asked for again. A row an older whale wrote names no prompt: it is reused when the
-    round's prompt.txt before this call (`earlier`) is this prompt, and its failures are
-    asked again."""
-    key = hashlib.sha256(prompt.encode("utf-8", "replace")).hexdigest()
-    legacy_ok = earlier == prompt.encode("utf-8", "backslashreplace")  # as prompt.txt is written
+    asked for again (rows of an older whale: `_settle_older_rows`)."""
+    key = _prompt_key(prompt)
     done: dict[int, Proposal] = {}
-    if rd.has("proposals.json"):
-        rows = rd.read_json("proposals.json")
-        where = rd.path / "proposals.json"
-        if not isinstance(rows, list):
-            raise RecordError(f"{where}: not a list of proposals")
-        for pos, row in enumerate(rows):
-            if not isinstance(row, dict):
-                raise RecordError(f"{where}: entry {pos} is not a proposal")
-            row = dict(row)
-            i = row.pop("index", pos)  # files of older whales have no index: their position
-            legacy = "prompt_sha256" not in row
-            if row.pop("prompt_sha256", key) != key or (legacy and not legacy_ok):
-                continue  # the answer to another prompt
-            try:
-                p = Proposal(**row)
-            except TypeError as e:
-                raise RecordError(f"{where}: entry {pos} is not a proposal ({e})") from None
-            if (p.error is None or not legacy) and isinstance(i, int) and 0 <= i < g:
-                done[i] = p  # an older file's errors were not final: those are asked again
+    for row in _stored_rows(rd):
+        i = row.pop("index")
+        if row.pop("prompt_sha256", None) != key:
+            continue  # the answer to another prompt
+        try:
+            p = Proposal(**row)
+        except TypeError as e:
+            raise RecordError(f"{rd.path / 'proposals.json'}: entry {i} is not a proposal ({e})"
+                              ) from None  # fmt: skip
+        if isinstance(i, int) and 0 <= i < g:
+            done[i] = p
     missing = [i for i in range(g) if i not in done]
     if not missing:
         return [done[i] for i in range(g)]

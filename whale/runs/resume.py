@@ -8,10 +8,13 @@ on it, which is true of three kinds of field and no other:
    rule finds them by place and type (`resumable`): the top-level `workers` and
    `tracking`; of a `RuntimeConfig`, `warm` and the whole `executor`; of every `ModelConfig`,
    how its backend is reached, cached or paced (`MODEL_REACH`), and `timeout_s` of every model
-   but the solver (a proposal, teacher edit or review that timed out is not kept, it is asked
-   for again; a solver call that timed out is a recorded outcome, and the solver's timeout is
-   part of the outcome fingerprint). A field of this kind that only one command has is named
-   by its config class in `where_fields` (adapt: `propose.concurrency`).
+   but the solver (a teacher edit, evaluate proposal or review that timed out is not kept, it
+   is asked for again; an adapt or cotrain round that went on past a timed-out proposal keeps
+   it as that round's failed candidate, with the timeout in its error, and the new timeout
+   applies to the proposals not yet asked; a solver call that timed out is a recorded outcome,
+   and the solver's timeout is part of the outcome fingerprint). A field of this kind that
+   only one command has is named by its config class in `where_fields` (adapt:
+   `propose.concurrency`).
 2. The run's budget: more (or less) of the same experiment. Each command's config class names
    its own in `budget_fields` (adapt: `rounds`; search: `iterations`, `max_rollouts`,
    `patience`; cotrain: `schedules`; train-proposer: `evaluate.only`). Once the eval split was
@@ -79,9 +82,9 @@ def resumable(cls: type) -> dict[str, str]:
             out.update({f"{name}.{k}": "how the backend is reached, cached or paced, not what "
                         "it answers" for k in MODEL_REACH})  # fmt: skip
             if name != SOLVER:
-                out[f"{name}.timeout_s"] = ("only finished replies of this model are kept: it "
-                                            "decides whether a missing one is asked again, "
-                                            "never what a kept one says")  # fmt: skip
+                out[f"{name}.timeout_s"] = ("it applies to the calls not yet made: a kept "
+                                            "reply, or a round's failed proposal, stays as "
+                                            "it was recorded")  # fmt: skip
     for attr, why in (("where_fields", "where or how fast the run goes, not what it records"),
                       ("budget_fields", "the run's budget (fixed once the eval split was read)"),
                       ("judging_fields", "judges the recorded results; produces none")):

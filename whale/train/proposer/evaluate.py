@@ -247,6 +247,11 @@ def _plan(name: str, model: ChatModel, fam: Family, contexts: Sequence[RevisionC
     say(f"evaluate {name} on {fam.id}: {sum(p.applied for p in plans)}/"
         f"{es.g * len(plans)} proposals applied, {sum(len(p.sources) for p in plans)} made a "
         "harness")  # fmt: skip
+    overflow = sum(r.startswith("proposer: ContextOverflow") for p in plans
+                   for r in p.reasons.values())  # fmt: skip
+    if overflow:
+        say(f"evaluate {name} on {fam.id}: {overflow} prompt(s) did not fit the proposer's "
+            "context: read as edits that made no harness")  # fmt: skip
     seed_hash = fam.store.save_harness(seed_src)
     kept_after = [seed_hash]
     kept = 0

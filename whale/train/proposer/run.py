@@ -458,8 +458,9 @@ def proposer_model(name: str, cfg: ProposerTrainConfig, run_dir: Path) -> Callab
         mcfg = ModelConfig(name=str(folder), n_ctx=n_ctx, timeout_s=600.0, cache=False)
     elif name == "base":
         mcfg = ModelConfig(name=cfg.proposer, n_ctx=n_ctx, timeout_s=600.0, cache=False)
-    elif name == "teacher":
-        mcfg = cfg.teacher
+    elif name == "teacher":  # in the others' context at least: a prompt that does not fit is
+        # read as an edit that made no harness, so a smaller window would handicap it
+        mcfg = replace(cfg.teacher, n_ctx=max(cfg.teacher.n_ctx, n_ctx))
     else:
         mcfg = ModelConfig(name=name, n_ctx=n_ctx, timeout_s=600.0, cache=False)
     return lambda: build_model(mcfg)

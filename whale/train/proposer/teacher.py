@@ -158,7 +158,8 @@ def teacher_data(contexts: Sequence[RevisionContext], families: Mapping[str, Fam
         kept_here = 0
         for i, p in enumerate(props):
             if p.error is not None:
-                res = EditResult(ctx.id, False, f"teacher: {p.error}", "teacher", None, False,
+                kind = "context_overflow" if the_proposers_own(p.error) else "teacher"
+                res = EditResult(ctx.id, False, f"{kind}: {p.error}", "teacher", None, False,
                                  False, 0.0, None, 0.0)  # fmt: skip
             else:
                 res = score_edit(ctx, p.text, fam, runtime, workers, echo.get(ctx.family))
@@ -176,8 +177,11 @@ def teacher_data(contexts: Sequence[RevisionContext], families: Mapping[str, Fam
         say(f"teacher: context {n + 1}/{len(contexts)} {ctx.id}: {kept_here}/{len(props)} kept")
     write_atomic(out / "candidates.jsonl",
                  "".join(json.dumps(asdict(r)) + "\n" for r in rows))  # fmt: skip
+    overflow = sum(r.reason.startswith("context_overflow") for r in rows)
+    if overflow:
+        say(f"teacher: {overflow} prompt(s) did not fit the teacher's context (teacher.n_ctx): "
+            "counted as rejected edits")  # fmt: skip
     failed = [r.reason.removeprefix("teacher: ") for r in rows if r.reason.startswith("teacher:")]
-    failed = [e for e in failed if not the_proposers_own(e)]  # that one is a rejected edit
     if failed:  # no summary: the stage is not finished, and a rerun asks for these again
         raise ProposalsFailed.of("teacher", failed, len(rows))
     kept = [r for r in rows if r.kept]
@@ -224,7 +228,10 @@ def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-REASON_KINDS = ("teacher", "apply", "interface", "answer_echo", "filter", "duplicate", "reviewer")
+# "teacher": its call failed (the stage stops; a rerun asks again); "context_overflow": the
+# prompt did not fit its context, a rejected edit (asking again would fail the same way)
+REASON_KINDS = ("teacher", "context_overflow", "apply", "interface", "answer_echo", "filter",
+                "duplicate", "reviewer")  # fmt: skip
 
 
 def _reason_kind(reason: str) -> str:
