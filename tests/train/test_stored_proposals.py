@@ -14,8 +14,8 @@ import pytest
 from tests.revise.conftest import GOOD_EDIT, SEED
 from tests.revise.test_proposer_shared import Sharing
 from whale.experiments.runner import _transient
-from whale.models.base import ModelTimeout
-from whale.revise.proposer import ProposalsFailed, Proposer, failure_cause
+from whale.models.base import ModelTimeout, failure_cause
+from whale.revise.proposer import ProposalsFailed, Proposer
 from whale.train.proposer.evaluate import EvaluateSettings, _single_step
 from whale.train.proposer.teacher import stored_proposals
 

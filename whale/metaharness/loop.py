@@ -55,6 +55,7 @@ from whale.metaharness.agent import ProposerAgent, Session, Submission
 from whale.metaharness.archive import Archive, CandidateMeta
 from whale.metaharness.patience import Patience
 from whale.metaharness.tools import ArchiveTools, ToolCall
+from whale.models.base import failure_cause
 from whale.records import JsonlWriter, RecordError, read_json, read_jsonl, record_dir
 from whale.revise.edits import SEARCH
 from whale.revise.screens import AnswerEchoScreen
@@ -379,7 +380,9 @@ def _session(path: Path, agent: ProposerAgent, archive: Archive, j: int, i: int,
         if s.calls and s.calls[-1].get("output") is None:
             s.calls[-1]["output"] = f"error: {s.ended}"
     if s.ended.startswith("model error"):  # its finished steps are logged; a resume goes on
-        raise SearchStopped(f"the proposer failed in session {path.stem}: {s.ended}")
+        # from the model error (a timeout: the experiment runner resumes it by itself)
+        cause = failure_cause([s.ended.removeprefix("model error: ")])
+        raise SearchStopped(f"the proposer failed in session {path.stem}: {s.ended}") from cause
     s.save(path)  # read on resume, never run again
     steps.unlink(missing_ok=True)
     return s

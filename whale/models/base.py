@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -257,6 +258,18 @@ class ModelTimeout(ModelError):
 # What a caller may wait out and ask again (a busy or restarting server): the experiment
 # runner resumes a step stopped by one (whale.experiments.runner).
 TRANSIENT: tuple[type[ModelError], ...] = (ModelTimeout, ModelUnreachable)
+
+
+def failure_cause(errors: Sequence[str]) -> ModelError | None:
+    """The model error that stands for calls that failed with one, kept as text ("Type:
+    message": a Proposal's error, a search session's end): a timeout or an unreachable server,
+    which an unattended runner resumes (`TRANSIENT`), else None."""
+    kinds = {kind.__name__: kind for kind in TRANSIENT}
+    for text in errors:
+        kind = kinds.get(text.split(":", 1)[0])
+        if kind is not None:
+            return kind(text)
+    return None
 
 
 def prompt_char_limit(model: Any) -> int | None:

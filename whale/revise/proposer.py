@@ -35,11 +35,11 @@ from whale.harness.tools.spec import ToolSpec
 from whale.models import ChatModel, ModelError, Sampling
 from whale.models.base import (
     MAX_TEMPERATURE,
-    TRANSIENT,
     Completion,
     ContextOverflow,
     PartialBatch,
     chat_n,
+    failure_cause,
     shares_prompt,
 )
 from whale.revise.edits import SEARCH
@@ -231,18 +231,6 @@ class ProposalsFailed(WhaleError):
                 f"run {rerun} again to ask for them")  # fmt: skip
         e.__cause__ = failure_cause(errors)
         return e
-
-
-def failure_cause(errors: Sequence[str]) -> ModelError | None:
-    """The model error that stands for proposals that failed with one (a Proposal keeps its
-    error as text, "Type: message"): a timeout or an unreachable server, which an unattended
-    runner resumes (`whale.models.base.TRANSIENT`), else None."""
-    kinds = {kind.__name__: kind for kind in TRANSIENT}
-    for text in errors:
-        kind = kinds.get(text.split(":", 1)[0])
-        if kind is not None:
-            return kind(text)
-    return None
 
 
 class Proposer:
