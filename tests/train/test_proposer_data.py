@@ -239,23 +239,25 @@ def test_a_resumed_reward_keeps_the_best_found_and_numbers_calls_on(setup, tmp_p
     assert calls == [1, 1, 2]
 
 
+def _raising(error: Exception):
+    """A model whose every call raises `error`."""
+
+    def reply(messages, sampling):
+        raise error
+
+    return ScriptedModel(reply)
+
+
 def test_a_failed_teacher_call_leaves_the_stage_unfinished(setup, tmp_path):
     from whale.models import ModelTimeout
     from whale.revise.proposer import ProposalsFailed
 
     cfg, fam, rt = setup
     ctxs = build_contexts(fam, rt, cfg, workers=2)[:1]
-
-    class Down:
-        name = "down"
-
-        def chat(self, messages, sampling, timeout=None):
-            raise ModelTimeout("no reply")
-
     out = tmp_path / "teacher"
     with pytest.raises(ProposalsFailed, match="failed") as e:
-        teacher_data(ctxs, {FAMILY: fam}, rt, Proposer(Down()), TeacherSettings(g=2), out,
-                     {}, held_out_texts([fam]))  # fmt: skip
+        teacher_data(ctxs, {FAMILY: fam}, rt, Proposer(_raising(ModelTimeout("no reply"))),
+                     TeacherSettings(g=2), out, {}, held_out_texts([fam]))  # fmt: skip
     assert isinstance(e.value.__cause__, ModelTimeout)  # what a runner resumes
     assert not (out / "summary.json").exists() and (out / "candidates.jsonl").exists()
     teacher = Proposer(ScriptedModel([GOOD_EDIT]), ProposerConfig(concurrency=1))
@@ -269,14 +271,8 @@ def test_a_teacher_prompt_that_does_not_fit_is_a_rejected_edit(setup, tmp_path):
 
     cfg, fam, rt = setup
     ctxs = build_contexts(fam, rt, cfg, workers=2)[:1]
-
-    class Small:
-        name = "small"
-
-        def chat(self, messages, sampling, timeout=None):
-            raise ContextOverflow("small: prompt does not fit")
-
-    summary = teacher_data(ctxs, {FAMILY: fam}, rt, Proposer(Small()), TeacherSettings(g=2),
+    small = _raising(ContextOverflow("small: prompt does not fit"))
+    summary = teacher_data(ctxs, {FAMILY: fam}, rt, Proposer(small), TeacherSettings(g=2),
                            tmp_path / "teacher", {}, held_out_texts([fam]))  # fmt: skip
     assert summary["proposals"] == 2 and summary["kept"] == 0
     assert summary["rejected"] == {"context_overflow": 2}
