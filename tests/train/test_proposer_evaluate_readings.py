@@ -54,11 +54,11 @@ def setup(tmp_path):
     rt.close()
 
 
-def run(setup, models, es, decoding=None, pcfg=None):
+def run(setup, models, es, decoding=None, pcfg=None, say=lambda m: None):
     cs, fam, rt, tmp = setup
     pcfg = pcfg or ProposerConfig()
     return evaluate_proposers({n: (lambda m=m: m) for n, m in models.items()}, [fam], rt, cs,
-                              pcfg, es, 2, tmp / "evaluate", decoding=decoding)  # fmt: skip
+                              pcfg, es, 2, tmp / "evaluate", decoding=decoding, say=say)  # fmt: skip
 
 
 def expected_seed_score(fam):
@@ -280,6 +280,22 @@ def test_a_ratchet_prompt_the_proposer_cannot_hold_is_a_failed_candidate_not_a_s
     for _ in range(2):  # and a rerun reads the same from the records
         (row,) = run(setup, {"trained": ScriptedModel(overflow_in_round_1)}, es)["readings"]
         assert len(row["ratchet_rounds"]) == 3 and row["ratchet_kept"] == 1
+
+
+def test_the_contexts_whose_prompt_did_not_fit_are_counted_in_a_line(setup):
+    from whale.models.base import ContextOverflow
+
+    def overflow_on_odd_seeds(messages, sampling):
+        if sampling.seed % 2:
+            raise ContextOverflow("qwen-coder-0.5b: prompt does not fit")
+        return GOOD_EDIT
+
+    said: list[str] = []
+    es = EvaluateSettings(against=[], contexts=1, g=4, rounds=0)
+    run(setup, {"trained": ScriptedModel(overflow_on_odd_seeds)}, es, say=said.append)
+    assert [m for m in said if "did not fit" in m] == [
+        "evaluate trained on test:sum: 2 prompt(s) did not fit the proposer's context: read as "
+        "edits that made no harness"]
 
 
 def test_the_teacher_is_evaluated_in_a_context_as_large_as_the_others(monkeypatch, tmp_path):

@@ -247,8 +247,8 @@ def _plan(name: str, model: ChatModel, fam: Family, contexts: Sequence[RevisionC
     say(f"evaluate {name} on {fam.id}: {sum(p.applied for p in plans)}/"
         f"{es.g * len(plans)} proposals applied, {sum(len(p.sources) for p in plans)} made a "
         "harness")  # fmt: skip
-    overflow = sum(r.startswith("proposer: ContextOverflow") for p in plans
-                   for r in p.reasons.values())  # fmt: skip
+    overflow = sum(the_proposers_own(r.removeprefix("proposer: ")) for p in plans
+                   for r in p.reasons.values() if r.startswith("proposer: "))  # fmt: skip
     if overflow:
         say(f"evaluate {name} on {fam.id}: {overflow} prompt(s) did not fit the proposer's "
             "context: read as edits that made no harness")  # fmt: skip
