@@ -135,3 +135,42 @@ def test_read_untrusted_refuses_links_out_fifos_and_oversize(tmp_path):
             read_untrusted(bad, run, 100)
     with pytest.raises(UnsafeRead, match="over the limit"):
         read_untrusted(run / "ok.txt", run, 3)
+
+
+def _folder(path, text):
+    path.mkdir()
+    (path / "adapter.bin").write_text(text)
+    return path
+
+
+def test_replace_dir_puts_the_new_folder_in_place_and_leaves_nothing_beside(tmp_path):
+    from whale.records import replace_dir
+
+    out = _folder(tmp_path / "adapter", "old")
+    replace_dir(_folder(tmp_path / "adapter.tmp", "new"), out)
+    assert (out / "adapter.bin").read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adapter"]
+
+
+def test_a_kill_inside_replace_dir_never_leaves_the_adapter_missing(tmp_path, monkeypatch):
+    # A kill between "move the old folder aside" and "move the new one in" (the two renames
+    # the trainers did) lost the adapter a run had paid for. Killed here just after any
+    # rename, the folder is at its name, old or new.
+    import whale.records as records
+
+    probe = _folder(tmp_path / "a", "a"), _folder(tmp_path / "b", "b")
+    if not records._exchange(*probe):
+        pytest.skip("this filesystem cannot swap two names in one step (renameat2)")
+    real = os.replace
+
+    def killed_after(src, dst):
+        real(src, dst)
+        raise KeyboardInterrupt
+
+    out = _folder(tmp_path / "adapter", "old")
+    monkeypatch.setattr(records.os, "replace", killed_after)
+    try:
+        records.replace_dir(_folder(tmp_path / "adapter.tmp", "new"), out)
+    except KeyboardInterrupt:
+        pass
+    assert (out / "adapter.bin").read_text() in ("old", "new")

@@ -10,6 +10,7 @@ What a harness returns ends up in these files, so nothing here trusts their cont
   appends, so it never becomes a malformed line in the middle.
 - `write_atomic` writes a temporary file beside the target and renames it over: a killed
   write leaves the old file or the new one, never a part. Not covered: power loss (no fsync).
+  `replace_dir` does the same for a folder (a saved adapter), by swapping the two names.
 - `RunLock` is an exclusive `flock` on `<run dir>/.lock`, held for a command's life and
   dropped by the kernel when the process dies (kill -9 included), so a stale lock never
   blocks. Not covered: filesystems where flock is not shared between machines (some NFS).
@@ -24,10 +25,12 @@ What a harness returns ends up in these files, so nothing here trusts their cont
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import fcntl
 import json
 import os
+import shutil
 import stat
 import threading
 from pathlib import Path
@@ -112,6 +115,44 @@ def write_atomic(path: Path, text: str | bytes, errors: str = "strict") -> None:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+_AT_FDCWD, _RENAME_EXCHANGE = -100, 2
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the names `a` and `b` in one step (Linux renameat2 RENAME_EXCHANGE); False where
+    the kernel, the C library or the filesystem cannot."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):  # not glibc >= 2.28 (or not Linux)
+        return False
+    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):  # EINVAL: the fs has no exchange
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def replace_dir(new: Path, out: Path) -> None:
+    """Put the folder `new` at `out` (an adapter a trainer saved beside it), replacing the old
+    `out` whole: a kill at any point leaves the old folder or the new one at `out`, never
+    neither. Where the two names cannot be swapped in one step (not Linux), the old folder is
+    moved aside first and a kill between the two renames leaves `out` missing (the old one
+    at `out.old`)."""
+    if not out.exists():
+        os.replace(new, out)
+        return
+    if _exchange(new, out):
+        shutil.rmtree(new)  # now the old folder
+        return
+    old = out.with_name(out.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    os.replace(out, old)
+    os.replace(new, out)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def read_json(path: Path) -> Any:

@@ -63,7 +63,7 @@ from typing import Any
 
 from whale import procfs
 from whale.errors import WhaleError
-from whale.records import record_dir
+from whale.records import record_dir, replace_dir
 from whale.train.data import Example
 from whale.train.sft import (
     LoraSettings,
@@ -432,16 +432,10 @@ class AccelerateTrainer:
             raise RuntimeError("nothing trained since the last save")
         out = Path(out)
         record_dir(out.parent)  # never through a link (whale.records)
-        tmp, old = out.with_name(out.name + ".tmp"), out.with_name(out.name + ".old")
+        tmp = out.with_name(out.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.move(self._staged, tmp)
-        if out.exists():
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(out, old)
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
+        replace_dir(tmp, out)
         self._staged, self.adapter = None, out
         self.close()
         return out

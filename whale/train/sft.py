@@ -50,7 +50,6 @@ from __future__ import annotations
 import gc
 import json
 import logging
-import os
 import random
 import shutil
 import time
@@ -60,7 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from whale.config import check_choices
-from whale.records import record_dir
+from whale.records import record_dir, replace_dir
 from whale.train.data import IGNORE, Example
 from whale.train.precision import (
     Device,
@@ -408,7 +407,7 @@ class LoraTrainer:
             raise RuntimeError("trainer is closed")
         out = Path(out)
         record_dir(out.parent)  # never through a linked folder (whale.records)
-        tmp, old = out.with_name(out.name + ".tmp"), out.with_name(out.name + ".old")
+        tmp = out.with_name(out.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         self.model.save_pretrained(str(tmp), state_dict=weights)
         opt = self.optimizer.state_dict() if optimizer is None else optimizer
@@ -426,13 +425,7 @@ class LoraTrainer:
             "dtype": self.dtype,  # what the base computed in ("auto" resolved)
         }
         (tmp / STATE_FILE).write_text(json.dumps(state, indent=1))
-        if out.exists():
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(out, old)
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
+        replace_dir(tmp, out)
         return out
 
     def close(self) -> None:
