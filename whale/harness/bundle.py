@@ -46,6 +46,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from whale.errors import WhaleError
+from whale.records import replace_dir
 
 ENTRY = "harness.py"
 HEAD, TAIL = "# === whale file: ", " ==="
@@ -336,14 +337,7 @@ def write_folder(source: str, dest: str | Path) -> Path:
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
             with open(os.open(target, flags, 0o644), "wb") as f:
                 f.write(text.encode("utf-8"))
-        if dest.exists():
-            old = dest.with_name(f".{dest.name}.{os.getpid()}.old")
-            shutil.rmtree(old, ignore_errors=True)
-            os.rename(dest, old)
-            os.rename(tmp, dest)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.rename(tmp, dest)
+        replace_dir(tmp, dest)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return dest

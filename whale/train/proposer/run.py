@@ -46,7 +46,7 @@ import tomli_w
 from whale import config as cfgmod
 from whale.harness import RuntimeConfig, load_harness, make_runtime
 from whale.models import PROPOSER_MARKER, ChatModel, ModelConfig, build_model, close_model
-from whale.records import RecordError, record_dir, write_atomic
+from whale.records import RecordError, record_dir, replace_dir, write_atomic
 from whale.revise.code_screens import ReviewerScreen
 from whale.revise.proposer import Proposer, ProposerConfig, load_template
 from whale.runs import changed_fields, may_change, resumable
@@ -441,8 +441,7 @@ def _link(final: Path, adapter: Path) -> None:
     tmp = final.with_name(final.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(adapter, tmp)
-    shutil.rmtree(final, ignore_errors=True)
-    tmp.rename(final)
+    replace_dir(tmp, final)
 
 
 def proposer_model(name: str, cfg: ProposerTrainConfig, run_dir: Path) -> Callable[[], ChatModel]:

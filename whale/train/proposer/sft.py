@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from whale.config import above, at_least, check_choices, part
-from whale.records import record_dir
+from whale.records import record_dir, replace_dir
 from whale.train.precision import (
     Dtype,
     TrainDtype,
@@ -350,8 +350,7 @@ def _run(
             tmp = save.with_name(save.name + ".tmp")
             shutil.rmtree(tmp, ignore_errors=True)
             trainer.save_model(str(tmp))
-            shutil.rmtree(save, ignore_errors=True)
-            os.replace(tmp, save)
+            replace_dir(tmp, save)
         step = int(trainer.state.global_step)
     finally:
         del trainer
