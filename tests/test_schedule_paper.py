@@ -197,11 +197,11 @@ def test_a_validation_split_leaves_train_and_eval_as_drawn_without_it():
     assert (with_val.pool, with_val.held) == (without.pool, without.held)
 
 
-def rg_splits(family, validation, size=None):
+def rg_splits(family, validation, size=None, **kw):
     """What `whale cotrain` draws (whale.schedule.setup.prepare): the task at `pool_size`, validation beyond
     it from the same task loaded larger. A real Reasoning Gym family; no model."""
     cfg = replace(CotrainConfig(), task=TaskConfig(id=f"rg:{family}", size=size),
-                  validation=validation)  # fmt: skip
+                  validation=validation, **kw)  # fmt: skip
 
     def load(n):
         return load_task(cfg.task.id, size=n, seed=cfg.task.seed)
@@ -240,6 +240,22 @@ def test_with_a_given_task_size_validation_comes_from_what_train_and_eval_leave(
                                                                            120)  # fmt: skip
     assert ids(with_val.pool + with_val.held) == ids(without.pool + without.held)
     assert {int(q.id.rsplit(":", 1)[1]) for q in with_val.validation} < set(range(120))
+
+
+def test_validation_beyond_the_pool_chooses_nothing_another_seed_evaluates_or_trains_on():
+    # With validation from the rest of the pool, seed 0's validation questions lie in seed 1's
+    # eval: an (E*, I*) chosen on seed 0 and run on seed 1 would have read its eval. coin_flip
+    # repeats itself (128 distinct of its first 200), so "beyond" must load past 220.
+    s0, s1 = (rg_splits("coin_flip", 20, 200, seed=k, validation_from="beyond") for k in (0, 1))
+    assert len(s0.validation) == 20 and ids(s0.validation) == ids(s1.validation)
+    for sp in (s0, s1):
+        check_disjoint({"train": sp.pool, "eval": sp.held, "validation": s0.validation})
+
+
+def test_validation_beyond_the_pool_leaves_train_and_eval_as_drawn_without_it():
+    beyond = rg_splits("coin_flip", 20, 200, validation_from="beyond")
+    without = rg_splits("coin_flip", 0, 200)
+    assert ids(beyond.pool + beyond.held) == ids(without.pool + without.held)
 
 
 def test_a_validation_split_that_does_not_fit_the_given_pool_is_refused():

@@ -4,8 +4,8 @@ Splits: a training prompt pool (`train`), a held-out eval split (`eval`) and a v
 (`validation`), disjoint by id and normalized text (`cotrain_splits`). Train and eval are drawn
 exactly as a run without a validation split draws them: the same task size (`pool_size`), the
 same seeded shuffle. Validation comes from what that draw leaves: the rest of the shuffled
-pool, then questions of the task loaded `validation` questions larger (`validation_source`)
-that are new by id and text. The weight phase samples the whole pool;
+pool (not with `validation_from = "beyond"`), then questions of the task loaded larger
+(`validation_source`) that are new by id and text. The weight phase samples the whole pool;
 the harness phase scores candidates on its first `search` questions (training data too:
 WHALE's harness phase climbs the archive's best *training* score). The eval split is read at
 every phase boundary, for the curves only. The validation split is read at the same
@@ -70,6 +70,7 @@ from whale.train.rsft import RsftSettings, Solver, WeightPhase, trainer_factory
 Serving = Literal["embedded", "hf", "vllm"]
 SERVING: tuple[Serving, ...] = typing.get_args(Serving)
 OperatorKind = Literal["search", "revise"]  # the harness operator of the harness phase
+ValidationFrom = Literal["rest", "beyond"]
 # The run directory's layout version (format.json; `check_format`). 2: stagewise = (E*, I*),
 # a validation split that leaves train and eval as without it, one archive per schedule.
 FORMAT = 2
@@ -149,6 +150,11 @@ class CotrainConfig(OperatorFields):
     # They choose the reported best point of each schedule and the sweep's (E*, I*), nothing
     # else: without them a schedule reports no best point and the sweep cannot run.
     validation: int = 20
+    # Where validation questions come from: "rest" (what the seeded train/eval draw leaves,
+    # then beyond the pool) or "beyond" (only questions beyond the pool, new by id and text:
+    # the same for every seed, so an (E*, I*) one seed's validation chose, run on another
+    # seed, never read that seed's eval or train questions).
+    validation_from: ValidationFrom = "rest"
     sweep: SweepSettings = field(default_factory=SweepSettings)
     workers: int = 2
     # mirror the finished run into an experiment tracker (whale.analysis.tracking.track_run):
@@ -241,28 +247,39 @@ def _draw(task: Task, cfg: CotrainConfig) -> tuple[dict[str, list[Question]], li
 
 def validation_source(task: Task, cfg: CotrainConfig, load: Callable[[int], Task]) -> Task | None:
     """Where validation questions beyond `task` come from: `load(size)` of the task at
-    `pool_size(cfg) + validation` questions, when the train/eval draw leaves fewer than
-    `validation` over (always, when task.size is not given); None when it leaves enough (a
-    given task.size, or a dataset file). `task` is the task at `pool_size(cfg)`."""
+    `pool_size(cfg) + validation` questions, or larger (x2, x4, ... up to x16 the
+    `validation`) until it holds enough new ones (a generator that repeats itself), when the
+    questions the draw may take from (`_from_rest`) are fewer than `validation` (always, when
+    task.size is not given); None when they are enough. `task` is the task at
+    `pool_size(cfg)`."""
     if cfg.validation < 1:
         return None
-    parts, _ = _draw(task, cfg)
-    if len(parts["rest"]) >= cfg.validation:
+    parts, pool = _draw(task, cfg)
+    rest = _from_rest(parts, cfg)
+    if len(rest) >= cfg.validation:
         return None
-    return load(pool_size(cfg) + cfg.validation)
+    for k in (1, 2, 4, 8, 16):
+        more = load(pool_size(cfg) + k * cfg.validation)
+        if len(rest) + len(dedupe([*pool, *more.questions()])) - len(pool) >= cfg.validation:
+            break
+    return more
+
+
+def _from_rest(parts: dict[str, list[Question]], cfg: CotrainConfig) -> list[Question]:
+    return parts["rest"] if cfg.validation_from == "rest" else []
 
 
 def cotrain_splits(task: Task, cfg: CotrainConfig, more: Task | None = None) -> Splits:
     """Train and eval drawn from `task` (loaded at `pool_size(cfg)`) by the seeded shuffle, the
-    same with or without a validation split; validation: what that draw leaves over, then the
-    questions of `more` (the task loaded larger, `validation_source`) that repeat none of
-    `task`'s by id or normalized text, in order. By id and text, not by position: a larger
-    Reasoning Gym dataset mostly keeps its first questions, but acre and list_functions do
-    not. `task` grades them all (same family and config; the scorers read each entry).
-    ValueError when there are too few."""
+    same with or without a validation split; validation: what that draw leaves over (not with
+    `validation_from = "beyond"`), then the questions of `more` (the task loaded larger,
+    `validation_source`) that repeat none of `task`'s by id or normalized text, in order. By
+    id and text, not by position: a larger Reasoning Gym dataset mostly keeps its first
+    questions, but acre and list_functions do not. `task` grades them all (same family and
+    config; the scorers read each entry). ValueError when there are too few."""
     parts, pool = _draw(task, cfg)
     extra = dedupe([*pool, *more.questions()])[len(pool):] if more is not None else []
-    candidates = parts["rest"] + extra
+    candidates = _from_rest(parts, cfg) + extra
     if len(candidates) < cfg.validation:
         raise ValueError(f"validation: asked for {cfg.validation} questions beyond train and "
                          f"eval, found {len(candidates)} (a larger pool: --set task.size=N, "
