@@ -162,6 +162,13 @@ def test_stagewise_is_still_stopped_by_the_rollout_budget(tmp_path):
     assert result["stopped"] == "rollout budget 10 spent"  # the harness stage never started
 
 
+def test_a_stagewise_run_whose_harness_stage_spent_the_budget_says_so(tmp_path):
+    # The sweep's points run I* as a cap the budget reaches first: their summaries must not
+    # read as if the stage had run all its iterations.
+    _, result, _, _ = run(tmp_path, "stagewise", rollouts=3 * 4 + 5 * 4, stagewise=(0.75, 5))
+    assert result["stopped"] == "rollout budget 32 spent"
+
+
 def test_a_harness_phase_is_not_started_without_one_scoring_left(tmp_path):
     # Each phase scores 2 x 4 rollouts; 20 - 16 = 4 left, less than a scoring of 6.
     log, result, _, _ = run(tmp_path, "harness-only", rollouts=20, harness_iters=2,

@@ -198,6 +198,10 @@ class Cotrain:
             self.say(f"[{self.name}] cycle {p.cycle} {p.kind} phase: {rec.stopped}; "
                      f"{self.spent}{cap} training rollouts")  # fmt: skip
             self.read(p.cycle, p.kind, h, self.spent)
+        else:  # every phase ran: the last one may still have ended at the budget
+            left = self.s.left(self.spent)
+            if left is not None and left <= 0:
+                stopped = f"rollout budget {self.s.rollouts} spent"
         if self.s.rollouts is not None and self.spent < self.s.rollouts:
             stopped += f" ({self.s.rollouts - self.spent} of {self.s.rollouts} rollouts unspent)"
             self.say(f"[{self.name}] ended after {stopped}: compare schedules at equal cost")
