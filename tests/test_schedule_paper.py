@@ -120,14 +120,14 @@ class FakeOperator:
         return source, rec
 
 
-def run(tmp_path, kind, rollouts=1000, accuracy=None, rewards=(0.5,), **kw):
+def run(tmp_path, kind, rollouts=1000, accuracy=None, rewards=(0.5,), cost=4, **kw):
     """One schedule with the fakes; validation read at the boundaries (by `Reads`)."""
     log = Log()
     store = FakeStore(log, accuracy or {"eval": 0.5, "validation": 0.5})
     task = SumTask()
     qs = task.questions()
     weights = FakeWeights(log, rewards)
-    op = FakeOperator(log, store)
+    op = FakeOperator(log, store, cost)
     s = ScheduleSettings(kind, rollouts=rollouts, **kw)
     root = tmp_path / kind
     root.mkdir(parents=True)
@@ -167,6 +167,14 @@ def test_a_stagewise_run_whose_harness_stage_spent_the_budget_says_so(tmp_path):
     # read as if the stage had run all its iterations.
     _, result, _, _ = run(tmp_path, "stagewise", rollouts=3 * 4 + 5 * 4, stagewise=(0.75, 5))
     assert result["stopped"] == "rollout budget 32 spent"
+
+
+def test_with_n_cycles_given_a_harness_phase_that_spent_nothing_does_not_end_the_run(tmp_path):
+    # Every candidate invalid costs no rollouts; the next phase may make valid ones. Only a
+    # schedule with no N to end it stops on such a cycle (it would cycle for ever).
+    log, result, _, _ = run(tmp_path, "harness-only", cost=0, cycles=4, harness_iters=2)
+    assert [e for e in log if e[0] == "harness"] == [("harness", 2)] * 4
+    assert result["stopped"].startswith("all its cycles")
 
 
 def test_a_harness_phase_is_not_started_without_one_scoring_left(tmp_path):

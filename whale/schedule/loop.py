@@ -17,8 +17,11 @@ revision loop has no archive). Schedules (`SCHEDULES`):
 Every schedule stops when its budget of training rollouts is spent, so that schedules can be
 compared at the same rollout budget (None: no cap, as `whale rsft` runs without `--rollouts`;
 then N or the schedule itself must end the run); fixed also after N = `cycles` cycles (default
-3; a given N caps every schedule), and any schedule after a cycle that spent no rollout (a
-proposer whose every edit fails would otherwise cycle for ever). A harness phase is not
+3; a given N caps every schedule), and a schedule with no N to end it after a cycle that spent
+no rollout (a proposer whose every edit fails would otherwise cycle for ever). With N given, a
+cycle that spent nothing does not end the run: a harness phase whose candidates were all
+invalid costs no rollouts, and the next phase (another proposer session) may well make valid
+ones, so harness-only still spends the budget the others spend. A harness phase is not
 started with fewer rollouts left than one scoring of the search split (`scoring_rollouts`): it
 could not pay for one candidate, and scoring its start harness alone would overshoot the
 budget.
@@ -182,7 +185,7 @@ class Cotrain:
                            f"scoring of the search split ({self.s.scoring_rollouts})")  # fmt: skip
                 break
             if p.cycle != cycle:
-                if cycle and self.spent == at_cycle_start:  # e.g. every candidate invalid
+                if cycle and self.spent == at_cycle_start and self._unbounded():  # all invalid
                     stopped = f"cycle {cycle} spent no training rollout (no progress)"
                     break
                 cycle, at_cycle_start = p.cycle, self.spent
@@ -208,6 +211,10 @@ class Cotrain:
         return {"schedule": self.name, "stopped": stopped, "training_rollouts": self.spent,
                 "harness": self.store.save_harness(h), "adapter": self.solver.digest,
                 "adapter_path": str(self.solver.adapter) if self.solver.adapter else None}
+
+    def _unbounded(self) -> bool:
+        """Whether only the budget or a cycle that spent nothing ends the cycles (no N)."""
+        return self.s.cycles is None and self.s.kind not in ENDING
 
     def weight_phase(self, h: str, p: Phase) -> PhaseRecord:
         assert self.weights is not None
