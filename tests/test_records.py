@@ -174,3 +174,15 @@ def test_a_kill_inside_replace_dir_never_leaves_the_adapter_missing(tmp_path, mo
     except KeyboardInterrupt:
         pass
     assert (out / "adapter.bin").read_text() in ("old", "new")
+
+
+def test_replace_dir_over_a_link_replaces_the_link_and_leaves_its_target_alone(tmp_path):
+    from whale.records import replace_dir
+
+    target = _folder(tmp_path / "elsewhere", "keep")
+    out = tmp_path / "adapter"
+    out.symlink_to(target, target_is_directory=True)
+    replace_dir(_folder(tmp_path / "adapter.tmp", "new"), out)
+    assert not out.is_symlink() and (out / "adapter.bin").read_text() == "new"
+    assert (target / "adapter.bin").read_text() == "keep"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adapter", "elsewhere"]

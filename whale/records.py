@@ -146,7 +146,10 @@ def replace_dir(new: Path, out: Path) -> None:
         os.replace(new, out)
         return
     if _exchange(new, out):
-        shutil.rmtree(new)  # now the old folder
+        if new.is_symlink():  # `out` was a link: swapped out, removed, never followed
+            new.unlink()
+        else:
+            shutil.rmtree(new)  # now the old folder
         return
     old = out.with_name(out.name + ".old")
     shutil.rmtree(old, ignore_errors=True)
