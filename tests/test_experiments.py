@@ -167,6 +167,17 @@ def test_whale_toy_runs_end_to_end_resumes_after_a_kill_and_tables_come_from_the
     assert [seed1["stagewise"]["e_star"], seed1["stagewise"]["i_star"]] == \
         [seed0["stagewise"]["e_star"], seed0["stagewise"]["i_star"]]  # fmt: skip
     assert seed0["stagewise"]["from"].startswith("the sweep") and "sweep" not in seed1
+    # stagewise started from the chosen sweep point's records: its training rollouts are
+    # those rows, replayed, not sampled again
+    (point,) = [p for p in seed0["sweep"]["points"]
+                if [p["epochs"], p["iters"]] == seed0["sweep"]["chosen"]]  # fmt: skip
+
+    def training(folder):
+        return [r for r in read_jsonl(folder / "outcomes.jsonl")
+                if r["kind"] in ("weight_sample", "harness_score")]  # fmt: skip
+
+    swept = training(root / "rg-seed0" / point["dir"])
+    assert swept and training(root / "rg-seed0" / "stagewise") == swept
     for sched in ("adaptive", "fixed", "weight-only", "harness-only", "stagewise"):
         rows = read_jsonl(root / "rg-seed1" / sched / "outcomes.jsonl")
         keys = Counter((r["fingerprint"], r["harness"], r["question_id"], r["kind"],

@@ -206,6 +206,41 @@ def test_a_killed_cotrain_resumes_counting_every_rollout_once(tmp_path, tiny):
 
 
 @pytest.mark.slow
+def test_a_run_copied_from_a_sweep_point_replays_its_training_and_trains_nothing(tmp_path, tiny,
+                                                                                monkeypatch):
+    # What stagewise does after the sweep (whale.schedule.cotrain._from_the_sweep): the
+    # chosen point ran the same config and seed, so its weight steps (trained adapters) and
+    # its harness phase replay from the copied records, under the copy's own paths.
+    from whale.schedule.cotrain import _from_the_sweep
+
+    src = tmp_path / "sweep" / "E0.25-I1" / "stagewise"
+    first = build(src, tiny, "fixed", rollouts=16, cycles=1)
+    try:
+        want = first[0].run()
+    finally:
+        close(*first)
+    steps = read_jsonl(src / "weight" / "steps.jsonl")
+    assert any(s["trained"] for s in steps)  # an adapter to replay
+    _from_the_sweep(tmp_path, {"chosen": [0.25, 1], "points": [
+        {"epochs": 0.25, "iters": 1, "dir": "sweep/E0.25-I1/stagewise"}]}, lambda m: None)
+    dst = tmp_path / "stagewise"
+    trained = []
+    monkeypatch.setattr("whale.train.sft.LoraTrainer.train",
+                        lambda *a, **k: trained.append(1))  # fmt: skip
+    again = build(dst, tiny, "fixed", rollouts=16, cycles=1)
+    try:
+        got = again[0].run()
+    finally:
+        close(*again)
+    assert trained == [] and got["training_rollouts"] == want["training_rollouts"]
+    assert got["adapter"] == want["adapter"] and got["harness"] == want["harness"]
+    assert [r for r in read_jsonl(dst / "outcomes.jsonl") if r["kind"] != "eval"] == \
+        [r for r in read_jsonl(src / "outcomes.jsonl") if r["kind"] != "eval"]  # fmt: skip
+    paths = [s["adapter_path"] for s in read_jsonl(dst / "weight" / "steps.jsonl")]
+    assert all(p is None or Path(p).is_relative_to(dst) for p in paths) and any(paths)
+
+
+@pytest.mark.slow
 def test_adaptive_weight_phase_stops_by_patience_not_by_eval(tmp_path, tiny):
     run, store, weights, serving = build(tmp_path / "adaptive", tiny, "adaptive", 200, cycles=1)
     try:

@@ -369,6 +369,10 @@ def fake_schedules(monkeypatch, tmp_path, val=None):
                      sweep_point=False):  # fmt: skip
         ran.append((kind, cfg.stagewise_point(), sweep_point, root.relative_to(tmp_path)))
         out = {"schedule": kind, "stopped": "x", "training_rollouts": 10}
+        root.mkdir(parents=True, exist_ok=True)
+        if not (root / "phases.jsonl").exists():  # a record naming its own folder and point
+            row = {"ran": str(root), "point": list(cfg.stagewise_point())}
+            (root / "phases.jsonl").write_text(json.dumps(row) + "\n")
         if sweep_point:
             out.update(validation_accuracy=val[cfg.stagewise_point()], validation_n=8)
         return out
@@ -400,6 +404,21 @@ def test_the_sweep_picks_the_grid_point_by_validation_and_stagewise_runs_it(tmp_
                                     ("adaptive", (0.5, 3), False)]  # fmt: skip
     assert ran[1][3] == Path("sweep/E0.5-I3/stagewise") and ran[4][3] == Path("stagewise")
     assert meta["sweep"]["chosen"] == [0.5, 3]
+
+
+def test_stagewise_starts_from_the_chosen_sweep_point_s_records_naming_its_own_folder(
+        tmp_path, monkeypatch):  # fmt: skip
+    # The chosen point ran stagewise's config and seed: its records replay, and the sweep's
+    # cost is not paid a second time. The copy's paths name the stagewise folder.
+    import whale.schedule.cotrain as cotrain
+
+    fake_schedules(monkeypatch, tmp_path, {(0.5, 2): 0.3, (0.5, 3): 0.7})
+    cfg = config(schedules=["stagewise"])
+    cfg.sweep = cotrain.SweepSettings(enabled=True, epochs=[0.5], iters=[2, 3])
+    cotrain.run_cotrain(cfg, tmp_path, SumTask(60), SEED, None)
+    (row,) = read_jsonl(tmp_path / "stagewise" / "phases.jsonl")
+    assert row == {"ran": str(tmp_path / "stagewise"), "point": [0.5, 3]}  # the chosen one
+    assert not (tmp_path / ".stagewise.tmp").exists()
 
 
 def test_the_sweep_choice_is_recorded_in_summary_and_sweep_json(tmp_path, monkeypatch):
