@@ -457,7 +457,9 @@ def _from_the_sweep(run_dir: Path, swept: dict[str, Any], say: Callable[[str], N
     """Start `run_dir/stagewise` as a copy of the chosen sweep point's run (which ran the same
     config and seed, without reads), unless it exists (a resume, or a run whose stagewise began
     before). The copy's records name their own folder (absolute paths rewritten); the sweep's
-    own score (summary.json) is left out. Made beside and renamed in: a kill leaves no half."""
+    summary.json is left out, while its ledger keeps the point's validation score (rows of
+    phase "eval", kind "validation", which no boundary read is keyed as). Made beside and
+    renamed in: a kill leaves no half."""
     dst = run_dir / "stagewise"
     if dst.exists():
         return
