@@ -549,3 +549,22 @@ def test_a_record_without_transient_stops_is_readable_by_a_whale_from_before_the
     raw = json.loads((exp.root / "_steps" / "first.json").read_text())
     assert "transient" not in raw
     assert read_step(exp.root, "first").transient == []  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("scale", ["small", "paper"])
+def test_whale_s_cycles_let_weight_only_spend_its_budget(scale):
+    # `cycles` caps every schedule: set for the small budget, a paper-scale run inheriting it
+    # would stop weight-only at 38,400 of 200,000 rollouts.
+    import math
+
+    from whale.experiments.spec import load_spec
+
+    steps = [st for st in load_spec(Path("experiments/whale"), scale).steps
+             if st.kind == "cotrain"]  # fmt: skip
+    assert steps
+    for st in steps:
+        f = st.fields
+        g, step_epochs = (f.get("rsft") or {}).get("g", 4), 0.05
+        per_step = max(1, round(step_epochs * f["train"]))
+        steps_per_phase = math.ceil(f["weight_epochs"] / (per_step / f["train"]) - 1e-9)
+        assert f["cycles"] * steps_per_phase * per_step * g >= f["rollouts"], st.name

@@ -186,3 +186,13 @@ def test_replace_dir_over_a_link_replaces_the_link_and_leaves_its_target_alone(t
     assert not out.is_symlink() and (out / "adapter.bin").read_text() == "new"
     assert (target / "adapter.bin").read_text() == "keep"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["adapter", "elsewhere"]
+
+
+def test_replace_dir_over_a_file_puts_the_folder_in_place_without_an_error(tmp_path):
+    from whale.records import replace_dir
+
+    out = tmp_path / "adapter"
+    out.write_text("stale")
+    replace_dir(_folder(tmp_path / "adapter.tmp", "new"), out)
+    assert (out / "adapter.bin").read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adapter"]

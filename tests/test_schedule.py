@@ -208,10 +208,10 @@ def test_a_killed_cotrain_resumes_counting_every_rollout_once(tmp_path, tiny):
 @pytest.mark.slow
 def test_a_run_copied_from_a_sweep_point_replays_its_training_and_trains_nothing(tmp_path, tiny,
                                                                                 monkeypatch):
-    # What stagewise does after the sweep (whale.schedule.cotrain._from_the_sweep): the
+    # What stagewise does after the sweep (whale.schedule.sweep_copy): the
     # chosen point ran the same config and seed, so its weight steps (trained adapters) and
     # its harness phase replay from the copied records, under the copy's own paths.
-    from whale.schedule.cotrain import _from_the_sweep
+    from whale.schedule.sweep_copy import stagewise_from_sweep
 
     src = tmp_path / "sweep" / "E0.25-I1" / "stagewise"
     first = build(src, tiny, "fixed", rollouts=16, cycles=1)
@@ -221,7 +221,7 @@ def test_a_run_copied_from_a_sweep_point_replays_its_training_and_trains_nothing
         close(*first)
     steps = read_jsonl(src / "weight" / "steps.jsonl")
     assert any(s["trained"] for s in steps)  # an adapter to replay
-    _from_the_sweep(tmp_path, {"chosen": [0.25, 1], "points": [
+    stagewise_from_sweep(tmp_path, {"chosen": [0.25, 1], "points": [
         {"epochs": 0.25, "iters": 1, "dir": "sweep/E0.25-I1/stagewise"}]}, lambda m: None)
     dst = tmp_path / "stagewise"
     trained = []

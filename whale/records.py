@@ -146,8 +146,8 @@ def replace_dir(new: Path, out: Path) -> None:
         os.replace(new, out)
         return
     if _exchange(new, out):
-        if new.is_symlink():  # `out` was a link: swapped out, removed, never followed
-            new.unlink()
+        if new.is_symlink() or not new.is_dir():  # `out` was a link or a file: removed,
+            new.unlink()  # a link never followed
         else:
             shutil.rmtree(new)  # now the old folder
         return

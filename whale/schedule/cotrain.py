@@ -25,8 +25,8 @@ schedules share the splits and the rollout budget, so they are compared at the s
 sweep adds `sweep/E<e>-I<i>/stagewise/` (one stagewise run per grid point, the same layout
 without reads) and `sweep.json` (every point's validation accuracy at its end, and the point
 chosen). The stagewise schedule then starts from a copy of the chosen point's records
-(`_from_the_sweep`): the same config and seed, so its weight steps and search replay from
-them and only its boundary reads are new; the sweep's cost is not paid twice.
+(`whale.schedule.sweep_copy`): the same config and seed, so its weight steps and search
+replay from them and only its boundary reads are new; the sweep's cost is not paid twice.
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
-import shutil
 import time
 import typing
 from collections.abc import Callable
@@ -67,6 +66,7 @@ from whale.schedule.loop import (
     no_read,
     score_split,
 )
+from whale.schedule.sweep_copy import stagewise_from_sweep
 from whale.tasks import Question, Task, check_disjoint, dedupe, split
 from whale.train.rsft import RsftSettings, Solver, WeightPhase, trainer_factory
 
@@ -390,7 +390,7 @@ def run_cotrain(
             for kind in cfg.schedules:
                 say(f"schedule {kind}")
                 if kind == "stagewise" and swept is not None:
-                    _from_the_sweep(run_dir, swept, say)
+                    stagewise_from_sweep(run_dir, swept, say)
                 results.append(_one_schedule(cfg, kind, run_dir / kind, task, source, splits,
                                              serving, ckpt, proposer_model, say))  # fmt: skip
             csv_path, _, png = write_curves(run_dir, cfg.task.id)
@@ -451,34 +451,6 @@ def run_sweep(cfg: CotrainConfig, run_dir: Path, task: Task, source: str, splits
     say(f"sweep: chose (E*, I*) = ({best['epochs']:g}, {best['iters']}), validation accuracy "
         f"{best['validation_accuracy']:.3f}")  # fmt: skip
     return out
-
-
-def _from_the_sweep(run_dir: Path, swept: dict[str, Any], say: Callable[[str], None]) -> None:
-    """Start `run_dir/stagewise` as a copy of the chosen sweep point's run (which ran the same
-    config and seed, without reads), unless it exists (a resume, or a run whose stagewise began
-    before). The copy's records name their own folder (absolute paths rewritten); the sweep's
-    summary.json is left out, while its ledger keeps the point's validation score (rows of
-    phase "eval", kind "validation", which no boundary read is keyed as). Made beside and
-    renamed in: a kill leaves no half."""
-    dst = run_dir / "stagewise"
-    if dst.exists():
-        return
-    (point,) = [p for p in swept["points"] if [p["epochs"], p["iters"]] == swept["chosen"]]
-    src = run_dir / point["dir"]
-    tmp = run_dir / ".stagewise.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(src, tmp, symlinks=True)
-    (tmp / "summary.json").unlink(missing_ok=True)
-    names = {str(src.resolve()): str(dst.resolve()), str(src): str(dst)}
-    for f in [*tmp.rglob("*.jsonl"), *tmp.rglob("*.json")]:
-        if f.is_file() and not f.is_symlink():
-            text = f.read_text()
-            for old, new in names.items():
-                text = text.replace(old, new)
-            write_atomic(f, text)
-    tmp.rename(dst)
-    say(f"stagewise: from the sweep's run of {point['dir']} (its records replay; the boundary "
-        "reads are new)")
 
 
 def _one_schedule(cfg: CotrainConfig, kind: ScheduleKind, root: Path, task: Task, source: str,

@@ -295,6 +295,19 @@ def curve_rows(out: Path) -> list[dict[str, Any]]:
     return _curve_rows(_load(out))
 
 
+_PHASE_RANK = {"weight": 1, "harness": 2}
+
+
+def _phase_order(group: tuple[tuple[int, str], Any]) -> tuple[int, int]:
+    """(cycle, rank): the start read ("eval" of cycle 0) first, then weight, harness, and reads
+    tagged "eval" in a later cycle after its phases; another phase last (sorted stably: in
+    ledger order)."""
+    (cycle, phase), _ = group
+    if phase == "eval":
+        return cycle, 0 if cycle == 0 else 3
+    return cycle, _PHASE_RANK.get(phase, 4)
+
+
 def _phase_rows(schedules: list[_Schedule]) -> list[dict[str, Any]]:
     table = []
     for s in schedules:
@@ -304,7 +317,10 @@ def _phase_rows(schedules: list[_Schedule]) -> list[dict[str, Any]]:
         at_end = _training_at_end(s)
         last_read = {(r["cycle"], r["boundary"]): r for _, r in s.reads}
         cum = 0
-        for (cycle, phase), rows in groups.items():
+        # In the order a run makes them (the start read, then each cycle's weight and harness
+        # phases): a stagewise copied from the sweep (whale.schedule.sweep_copy) has its
+        # training rows first and its reads after them.
+        for (cycle, phase), rows in sorted(groups.items(), key=_phase_order):
             training = [r for r in rows if r["kind"] in TRAINING_KINDS]
             cum = at_end.get((cycle, phase), cum)
             metrics = capability_metrics(training)
@@ -326,10 +342,11 @@ def _phase_rows(schedules: list[_Schedule]) -> list[dict[str, Any]]:
 
 
 def phase_table(out: Path) -> list[dict[str, Any]]:
-    """One row per (schedule, cycle, phase) tagged in the ledgers (PHASE_COLUMNS), in ledger
-    order: training rollouts of the phase, eval rows tagged with it (eval_rollouts), cumulative
-    training rollouts at its end, capability metrics of its training rows, and the eval read
-    that ended it (eval_*; None when there is none). Not covered: a phase with no ledger row."""
+    """One row per (schedule, cycle, phase) tagged in the ledgers (PHASE_COLUMNS), in the
+    order a run makes them (by cycle: the start read, weight, harness): training rollouts of
+    the phase, eval rows tagged with it (eval_rollouts), cumulative training rollouts at its
+    end, capability metrics of its training rows, and the eval read that ended it (eval_*;
+    None when there is none). Not covered: a phase with no ledger row."""
     return _phase_rows(_load(out))
 
 
