@@ -45,6 +45,23 @@ def test_a_path_like_answer_in_the_ledger_is_not_rewritten(tmp_path):
     assert read_jsonl(tmp_path / "stagewise" / "outcomes.jsonl") == [row]
 
 
+def test_a_message_quoting_a_path_and_an_archived_trajectory_are_left_as_they_are(tmp_path):
+    src = tmp_path / POINT
+    (src / "harness" / "archive" / "c0001").mkdir(parents=True)
+    ended = f"failed: RecordError: {src / 'harness' / 'x'}"
+    w = JsonlWriter(src / "harness" / "sessions.jsonl")
+    w.write({"ended": ended})
+    w.close()
+    traj = {"answer": str(src / "y")}
+    w = JsonlWriter(src / "harness" / "archive" / "c0001" / "trajectories.jsonl")
+    w.write(traj)
+    w.close()
+    stagewise_from_sweep(tmp_path, SWEPT, lambda m: None)
+    dst = tmp_path / "stagewise" / "harness"
+    assert read_jsonl(dst / "sessions.jsonl") == [{"ended": ended}]
+    assert read_jsonl(dst / "archive" / "c0001" / "trajectories.jsonl") == [traj]
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
     from tests.tiny import make_tiny_model

@@ -9,9 +9,9 @@ copy changes, and why:
   (fingerprint, harness, question), so stagewise's last validation read would be answered by
   them, under the sweep's tags, and the phase table would show a phase the run never had;
 - paths into the point's folder, in whale's own records (not the ledger or the trajectories,
-  which hold what models and harnesses wrote, never rewritten), name the copy's folder: a
-  record's path may be absolute or relative (as `--out` was given), either way it names the
-  point's folder as a segment `sweep/<point>/stagewise`;
+  wherever they are kept: what models and harnesses wrote is never rewritten), name the
+  copy's folder: a record's path may be absolute or relative (as `--out` was given), either
+  way it names the point's folder as a segment `sweep/<point>/stagewise`;
 - the copy is made under `sweep/` and renamed in, so a kill leaves no half-made schedule
   folder beside the others (the tables read every folder of the run that holds a ledger).
 Not covered: the adapters are copied, not linked (twice their disk: small at `small`, tens of
@@ -72,8 +72,10 @@ def _drop_the_sweep_score(root: Path) -> None:
 
 
 def _moved(value: Any, rel: str, dst: str) -> Any:
-    """`value` with every string that names a path inside the folder `rel` (a segment of it)
-    made to name the same path inside `dst`."""
+    """`value` with every string that is a path inside the folder `rel` (a segment of it)
+    made to name the same path inside `dst`. A string is taken for a path only where nothing
+    before the folder holds a space (a message that quotes a path is left as it is; so is a
+    path under a run folder whose name holds one, which then still names the sweep's copy)."""
     if isinstance(value, dict):
         return {k: _moved(v, rel, dst) for k, v in value.items()}
     if isinstance(value, list):
@@ -82,7 +84,8 @@ def _moved(value: Any, rel: str, dst: str) -> Any:
         i = value.find(rel)
         while i >= 0:
             end = i + len(rel)
-            if (i == 0 or value[i - 1] == "/") and (end == len(value) or value[end] == "/"):
+            if (i == 0 or value[i - 1] == "/") and (end == len(value) or value[end] == "/") \
+                    and not any(c.isspace() for c in value[:i]):  # fmt: skip
                 return dst + value[end:]
             i = value.find(rel, i + 1)
     return value
@@ -90,9 +93,10 @@ def _moved(value: Any, rel: str, dst: str) -> Any:
 
 def _rename_paths(root: Path, rel: str, dst: str) -> None:
     for f in sorted([*root.rglob("*.jsonl"), *root.rglob("*.json")]):
-        if not f.is_file() or f.is_symlink() or f.name == LEDGER \
-                or TRAJECTORIES in f.relative_to(root).parts[:1]:  # fmt: skip
-            continue
+        parts = f.relative_to(root).parts
+        if not f.is_file() or f.is_symlink() or f.name in (LEDGER, f"{TRAJECTORIES}.jsonl") \
+                or TRAJECTORIES in parts[:-1]:  # fmt: skip
+            continue  # what models and harnesses wrote (the archive keeps trajectories too)
         if f.suffix == ".jsonl":
             rows = read_jsonl(f)
             moved = [_moved(r, rel, dst) for r in rows]
