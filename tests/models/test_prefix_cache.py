@@ -296,6 +296,24 @@ def test_more_samples_than_slots_come_in_several_requests(smol):
     assert len(cs) == 6 and all(c.usage["completion_tokens"] > 0 for c in cs)
 
 
+@pytest.mark.model
+def test_a_speculating_server_answers_single_and_shared_prompt_calls(tmp_path):
+    from tests.models.test_native_server import require_native
+
+    require_native()
+    m = EmbeddedLlama(require_model("smollm2-135m"), alias="smol", n_ctx=512, threads=1,
+                      slots=2, speculative="ngram")  # fmt: skip
+    copy = [{"role": "user", "content": "Repeat exactly: the cat sat on the mat, the cat sat "
+                                        "on the mat, the cat sat on the mat."}]
+    try:
+        one = m.chat(copy, Sampling(max_tokens=24, temperature=0.0))
+        two = m.chat_n(copy, Sampling(max_tokens=24, temperature=0.7, seed=5), 2)
+    finally:
+        m.close()
+    assert one.usage["completion_tokens"] > 0
+    assert len(two) == 2 and all(c.usage["completion_tokens"] > 0 for c in two)
+
+
 # --- review26 ---------------------------------------------------------------------------------
 def test_review26_a_failed_second_request_keeps_the_proposals_the_first_paid_for(tmp_path,
                                                                                   monkeypatch):
@@ -377,3 +395,32 @@ def test_a_batch_whose_seeds_would_cross_the_random_value_is_asked_one_call_each
     assert batched == [] and sorted(singles) == [0xFFFFFFFE, 0xFFFFFFFF]
     m.chat_n(MESSAGES, Sampling(temperature=0.7, seed=0xFFFFFFFD), 2)
     assert batched == [(0xFFFFFFFD, 2)]
+
+
+def test_ngram_speculation_is_one_flag_on_the_native_server_and_off_by_default(tmp_path):
+    from whale.models import native
+
+    def cmd(**kw):
+        return native.command(tmp_path / "llama-server", tmp_path / "m.gguf", port=1, alias="a",
+                              n_ctx=64, slots=2, threads=1, **kw)  # fmt: skip
+
+    assert "--spec-type" not in cmd()
+    on = cmd(speculative="ngram")
+    assert on[on.index("--spec-type") + 1] == "ngram-simple"
+
+
+def test_speculation_reaches_the_embedded_server_from_the_config(tmp_path, monkeypatch):
+    from whale.models import build_model, native
+
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    monkeypatch.setattr(native, "binary", lambda: tmp_path / "llama-server")
+    m = build_model(ModelConfig(name=str(gguf), speculative="ngram", cache=False))
+    assert isinstance(m, EmbeddedLlama) and "ngram-simple" in m._command("native", 1)
+
+
+def test_an_unknown_speculation_is_refused_naming_the_field(tmp_path):
+    with pytest.raises(ValueError, match="speculative"):
+        EmbeddedLlama(tmp_path / "m.gguf", speculative="eagle")
+    with pytest.raises(ConfigError, match="speculative"):
+        ModelConfig(speculative="eagle").validate()  # type: ignore[arg-type]

@@ -20,6 +20,7 @@ from whale.models.base import (
     ModelUnreachable,
     PrefixCache,
     Sampling,
+    Speculative,
 )
 from whale.models.cache import CachedModel
 from whale.models.catalog import CATALOG, DEFAULT_MODEL, UnknownModel, is_installed, model_path
@@ -48,7 +49,13 @@ class ModelConfig:
     has processed before (llama-server's `cache_prompt`, and the G samples of one prompt in
     one request): "sampled" (temperature > 0; the default), "all" (greedy calls too: their
     replies may then change, docs/models.md), "off". Other backends cache as their servers
-    do (vLLM: `--enable-prefix-caching`)."""
+    do (vLLM: `--enable-prefix-caching`).
+
+    `speculative`: the embedded native server's speculative decoding, "off" (the default) or
+    "ngram" (tokens drafted from n-grams of the context itself and kept where the model's own
+    sampling confirms them: the same distribution, faster where a reply copies its prompt, as
+    a proposer rewriting a harness does; `benchmarks/speculative.py`). Other backends decode
+    as their servers are set up to (vLLM: `--speculative-config`)."""
 
     name: str = DEFAULT_MODEL
     base_url: str | None = None
@@ -64,6 +71,7 @@ class ModelConfig:
     probe_s: float = 5.0
     attempt_timeout_s: float = 0.0
     prefix_cache: PrefixCache = "sampled"
+    speculative: Speculative = "off"
 
     def validate(self) -> None:
         """Ranges, checked by `whale.config.build` (which has checked the types)."""
@@ -119,14 +127,16 @@ def build_model(cfg: ModelConfig) -> ChatModel:
         if not Path(name).is_file():
             raise ModelNotInstalled(f"GGUF file {name} does not exist")
         model = EmbeddedLlama(name, n_ctx=cfg.n_ctx, threads=cfg.threads, timeout_s=cfg.timeout_s,
-                              prefix_cache=cfg.prefix_cache)  # fmt: skip
+                              prefix_cache=cfg.prefix_cache,
+                              speculative=cfg.speculative)  # fmt: skip
     elif name in CATALOG:
         if not is_installed(name):
             raise ModelNotInstalled(
                 f"model {name!r} is not installed: run `whale models install {name}`"
             )
         model = EmbeddedLlama(model_path(name), alias=name, n_ctx=cfg.n_ctx, threads=cfg.threads,
-                              timeout_s=cfg.timeout_s, prefix_cache=cfg.prefix_cache)  # fmt: skip
+                              timeout_s=cfg.timeout_s, prefix_cache=cfg.prefix_cache,
+                              speculative=cfg.speculative)  # fmt: skip
     else:
         raise UnknownModel(name)
     if cfg.cache:
@@ -162,7 +172,7 @@ def trained_adapter(folder: Path, cfg: ModelConfig) -> ChatModel:
         raise ModelNotInstalled(f"{folder}: base {gguf} or adapter {lora} does not exist")
     return EmbeddedLlama(gguf, alias=folder.name, n_ctx=cfg.n_ctx, threads=cfg.threads,
                          timeout_s=cfg.timeout_s, lora=lora,
-                         prefix_cache=cfg.prefix_cache)  # fmt: skip
+                         prefix_cache=cfg.prefix_cache, speculative=cfg.speculative)  # fmt: skip
 
 
 def close_model(model: ChatModel | None) -> None:

@@ -33,6 +33,12 @@ TOOL_CHOICES = ("auto", "none", "required")
 # the low bits of the logits, and so some greedy replies (docs/models.md).
 PrefixCache = Literal["sampled", "all", "off"]
 PREFIX_CACHE: tuple[PrefixCache, ...] = ("sampled", "all", "off")
+# Speculative decoding on the embedded native server: "ngram" drafts tokens from n-grams of the
+# context itself (llama-server `--spec-type ngram-simple`, no draft model) and keeps those the
+# model's own sampling confirms, so replies are drawn from the same distribution, faster where
+# they copy the prompt (a proposer rewriting a harness it was shown).
+Speculative = Literal["off", "ngram"]
+SPECULATIVE: tuple[Speculative, ...] = ("off", "ngram")
 
 
 # The seeds a server is sent: llama.cpp reads a request's seed as a uint32 and takes 0xFFFFFFFF

@@ -69,6 +69,7 @@ import whale.models.serverproc as serverproc
 import whale.models.vocab as vocab
 from whale.models.base import (
     PREFIX_CACHE,
+    SPECULATIVE,
     Completion,
     ContextOverflow,
     Message,
@@ -177,6 +178,7 @@ class EmbeddedLlama:
         server: str | None = None,
         prefix_cache: str = "sampled",
         lora_pending: bool = False,
+        speculative: str = "off",
     ) -> None:
         """`slots`: calls decoded together by the native server (whale's default workers);
         each slot holds `n_ctx` tokens. The python server decodes one at a time. `server`:
@@ -184,13 +186,19 @@ class EmbeddedLlama:
         (`base.PREFIX_CACHE`): which calls the native server may answer from a processed
         prompt prefix (see "Prompt prefixes" in the module's docstring). `lora_pending`: the
         LoRA file is still being written (the server reads it after loading the model); the
-        name waits for `name_by_lora()`, called once it is there."""
+        name waits for `name_by_lora()`, called once it is there. `speculative`
+        (`base.SPECULATIVE`): the native server's speculative decoding (the python server has
+        none and ignores it)."""
         if slots < 1:
             raise ValueError(f"slots must be >= 1, not {slots}")
         if prefix_cache not in PREFIX_CACHE:
             raise ValueError(f"prefix_cache must be one of {', '.join(PREFIX_CACHE)}, "
                              f"not {prefix_cache!r}")  # fmt: skip
+        if speculative not in SPECULATIVE:
+            raise ValueError(f"speculative must be one of {', '.join(SPECULATIVE)}, "
+                             f"not {speculative!r}")  # fmt: skip
         self.prefix_cache: str = prefix_cache
+        self.speculative = speculative
         self.gguf = Path(gguf)
         self.alias = alias or self.gguf.stem
         self.lora = Path(lora) if lora is not None else None
@@ -315,6 +323,7 @@ class EmbeddedLlama:
             return native.command(
                 exe, self.gguf, port=port, alias=self.alias, n_ctx=self.n_ctx,
                 slots=self.slots, threads=self.threads, lora=self.lora,
+                speculative=self.speculative,
             )  # fmt: skip
         cmd = [
             sys.executable, "-m", "whale.models.llama_server", "--model", str(self.gguf),

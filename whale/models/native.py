@@ -85,6 +85,7 @@ def command(
     slots: int,
     threads: int,
     lora: Path | None = None,
+    speculative: str = "off",
 ) -> list[str]:
     """llama-server's argv: `slots` parallel slots of `n_ctx` tokens each (the KV cache is
     `n_ctx * slots`, split evenly), continuous batching, `threads` for decoding and for
@@ -119,4 +120,6 @@ def command(
         cmd.append("--no-repack")
     if lora is not None:
         cmd += ["--lora", str(lora)]
+    if speculative == "ngram":  # drafts from the context's own n-grams (base.Speculative)
+        cmd += ["--spec-type", "ngram-simple"]
     return cmd
