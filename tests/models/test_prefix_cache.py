@@ -424,3 +424,12 @@ def test_an_unknown_speculation_is_refused_naming_the_field(tmp_path):
         EmbeddedLlama(tmp_path / "m.gguf", speculative="eagle")
     with pytest.raises(ConfigError, match="speculative"):
         ModelConfig(speculative="eagle").validate()  # type: ignore[arg-type]
+
+
+def test_the_trained_solver_s_server_speculates_as_its_config_says(tmp_path):
+    # cotrain's weight phase serves each adapter on a new server (EmbeddedServing): the
+    # solver's `speculative` must reach it as `prefix_cache` does.
+    from whale.train.serving import EmbeddedServing
+
+    serving = EmbeddedServing(tmp_path / "m.gguf", "m", speculative="ngram")
+    assert serving._model_for(None).speculative == "ngram"

@@ -344,7 +344,8 @@ def make_serving(cfg: CotrainConfig) -> tuple[Any, Path]:
     alias, gguf = resolve_gguf(s.name)
     ckpt = Path(cfg.checkpoint) if cfg.checkpoint else trainable_checkpoint(s.name)
     return sv.EmbeddedServing(gguf, alias, n_ctx=s.n_ctx, threads=s.threads,
-                              timeout_s=s.timeout_s, prefix_cache=s.prefix_cache), ckpt  # fmt: skip
+                              timeout_s=s.timeout_s, prefix_cache=s.prefix_cache,
+                              speculative=s.speculative), ckpt  # fmt: skip
 
 
 def run_cotrain(

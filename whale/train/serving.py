@@ -98,10 +98,11 @@ class EmbeddedServing:
         threads: int = 2,
         timeout_s: float = 120.0,
         prefix_cache: str = "sampled",
+        speculative: str = "off",
     ) -> None:
         self.gguf, self.alias = Path(gguf), alias
         self.n_ctx, self.threads, self.timeout_s = n_ctx, threads, timeout_s
-        self.prefix_cache = prefix_cache
+        self.prefix_cache, self.speculative = prefix_cache, speculative
         # Of the last serve(): convert_s (PEFT -> LoRA GGUF, while the server starts),
         # ready_s (server spawned -> answering), ping_s (its one-token reply), start_s (spawn
         # to the reply), total_s (saved -> served), restarts (1: the server had to wait for
@@ -155,7 +156,7 @@ class EmbeddedServing:
         return EmbeddedLlama(
             self.gguf, self.alias, n_ctx=self.n_ctx, threads=self.threads,
             timeout_s=self.timeout_s, lora=lora, prefix_cache=self.prefix_cache,
-            lora_pending=pending,
+            lora_pending=pending, speculative=self.speculative,
         )  # fmt: skip
 
     def _start(self, model: EmbeddedLlama) -> None:
