@@ -267,6 +267,15 @@ def test_validation_beyond_the_pool_chooses_nothing_another_seed_evaluates_or_tr
         check_disjoint({"train": sp.pool, "eval": sp.held, "validation": s0.validation})
 
 
+def test_validation_from_the_rest_of_the_pool_lies_in_another_seed_s_eval_and_train():
+    # Why "beyond" exists, and the figure docs/commands/cotrain.md quotes: with "rest", 5 of
+    # seed 0's 20 validation questions of rg:coin_flip (task.size 200) are in seed 1's eval,
+    # 9 in its train.
+    s0, s1 = (rg_splits("coin_flip", 20, 200, seed=k) for k in (0, 1))
+    val = set(ids(s0.validation))
+    assert (len(val & set(ids(s1.held))), len(val & set(ids(s1.pool)))) == (5, 9)
+
+
 def test_validation_beyond_the_pool_leaves_train_and_eval_as_drawn_without_it():
     beyond = rg_splits("coin_flip", 20, 200, validation_from="beyond")
     without = rg_splits("coin_flip", 0, 200)
